@@ -1,0 +1,60 @@
+# Two commands do all the set-up: `make run` (the product) and `make test` (the whole suite).
+.DEFAULT_GOAL := help
+SHELL := /bin/bash
+
+# Django 6 needs Python 3.12+: the first one found (pyenv's installs count).
+PYTHON ?= $(shell for p in python3.12 python3.13 $$HOME/.pyenv/versions/3.12*/bin/python3 $$HOME/.pyenv/versions/3.13*/bin/python3; do \
+	$$p -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1 && { echo $$p; break; }; done)
+VENV := .venv
+BIN := $(VENV)/bin
+VAR := var
+PORT ?= 8000
+# llama-cpp-python compiles llama.cpp; the multimodal part is not needed.
+export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+
+.PHONY: help run test bench lint install-run install-test models secret-key migrate
+
+help:
+	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
+	@echo "make test   - install everything and run the whole test suite"
+	@echo "make bench  - run the pipeline benchmark (fan-out, decision latency, overhead)"
+	@echo "make lint   - ruff and mypy"
+
+$(BIN)/python:
+	@test -n "$(PYTHON)" || { echo "Python 3.12 or newer is required (set PYTHON=...)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# Each stamp is rebuilt when pyproject.toml changes; pip's wheel cache makes re-runs fast.
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[llm,embedded]"
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e ".[dev,llm,embedded]"
+	@touch $@ $(VENV)/.installed-run
+
+install-run: $(VENV)/.installed-run
+install-test: $(VENV)/.installed-test
+
+secret-key:
+	@mkdir -p $(VAR)
+	@test -s $(VAR)/secret_key || { $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(64))' > $(VAR)/secret_key; chmod 600 $(VAR)/secret_key; }
+
+models: secret-key
+	$(BIN)/python manage.py build_models --llm
+
+run: install-run models
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py seed_demo
+	$(BIN)/python manage.py runstack --port $(PORT)
+
+test: install-test models
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: install-test models
+	$(BIN)/python manage.py bench_pipeline $(BENCH_ARGS)
+
+lint: install-test
+	$(BIN)/ruff check .
+	$(BIN)/mypy icrlhf worker

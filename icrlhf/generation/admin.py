@@ -1,0 +1,19 @@
+from django.contrib import admin
+
+from icrlhf.generation.models import Candidate, Generation
+
+
+class CandidateInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = Candidate
+    extra = 0
+    can_delete = False
+    fields = ["position", "status", "text", "error", "attempts", "latency_ms", "model"]
+    readonly_fields = fields
+
+
+@admin.register(Generation)
+class GenerationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["pk", "item", "status", "model", "n_candidates", "created_at", "finished_at"]
+    list_filter = ["status", "model"]
+    inlines = [CandidateInline]
+    readonly_fields = [field.name for field in Generation._meta.fields]

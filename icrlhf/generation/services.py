@@ -1,0 +1,199 @@
+import logging
+import random
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from icrlhf.generation import tasks
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.prompts import PromptExample, messages_build
+from icrlhf.integrations import llm
+from icrlhf.integrations.vectors import VectorStoreUnavailable
+from icrlhf.memory import selectors as memory_selectors
+from icrlhf.memory import services as memory_services
+from icrlhf.queues.models import Item
+
+logger = logging.getLogger(__name__)
+
+# A claimed row whose worker died is claimable again once its lease runs out.
+_PREPARE_LEASE = timedelta(minutes=5)
+
+
+def _candidate_lease() -> timedelta:
+    return timedelta(seconds=settings.LLM_TIMEOUT_S + 30)
+
+
+@transaction.atomic
+def generation_start(*, item: Item, n_candidates: int) -> Generation:
+    """Create a generation and its N pending candidates; prepare it once this commits."""
+    queue = item.queue
+    generation = Generation.objects.create(
+        item=item,
+        model=queue.model or settings.LLM_MODEL,
+        params={"temperature": queue.temperature, "max_tokens": queue.max_tokens},
+        n_candidates=n_candidates,
+    )
+    positions = random.sample(range(n_candidates), n_candidates)
+    Candidate.objects.bulk_create(
+        Candidate(generation=generation, position=position) for position in positions
+    )
+    transaction.on_commit(lambda: tasks.generation_prepare.delay(generation.pk))
+    return generation
+
+
+def generation_prepare(*, generation_id: int) -> list[int]:
+    """Retrieve examples, build and store the exact messages, and fan out the candidates.
+
+    Returns the ids of the candidates enqueued (none when someone else has the generation).
+    """
+    now = timezone.now()
+    claimed = (
+        Generation.objects.filter(pk=generation_id)
+        .filter(Q(status=Generation.Status.PENDING) | Q(
+            status=Generation.Status.PREPARING, lease_expires_at__lt=now
+        ))
+        .update(status=Generation.Status.PREPARING, lease_expires_at=now + _PREPARE_LEASE)
+    )
+    if not claimed:
+        return []
+    generation = Generation.objects.select_related("item__queue").get(pk=generation_id)
+    item, queue = generation.item, generation.item.queue
+
+    started = time.monotonic()
+    retrieved: list[memory_selectors.RetrievedExample] = []
+    retrieval_error = ""
+    try:
+        retrieved = memory_selectors.examples_retrieve(
+            queue=queue,
+            query_text=item.input_text,
+            k=queue.k_examples,
+            token_budget=queue.example_token_budget,
+        )
+    except VectorStoreUnavailable as error:
+        # Better an answer without memory than no answer: the reviewer sees why.
+        logger.warning("Retrieval skipped for generation %s: %s", generation_id, error)
+        retrieval_error = "Memory was unavailable, so no examples were retrieved."
+    retrieval_ms = int((time.monotonic() - started) * 1000)
+
+    messages = messages_build(
+        system_prompt=queue.system_prompt,
+        guidelines=queue.guidelines,
+        guidelines_version=queue.guidelines_version,
+        examples=[PromptExample(r.example.input_text, r.example.output_text) for r in retrieved],
+        request=item.input_text,
+    )
+    with transaction.atomic():
+        memory_services.retrievals_record(generation=generation, retrieved=retrieved)
+        Generation.objects.filter(pk=generation_id).update(
+            status=Generation.Status.RUNNING,
+            messages=messages,
+            retrieval_error=retrieval_error,
+            retrieval_ms=retrieval_ms,
+            prepared_at=timezone.now(),
+            lease_expires_at=None,
+        )
+        candidate_ids = list(
+            generation.candidates.filter(status=Candidate.Status.PENDING).values_list(
+                "pk", flat=True
+            )
+        )
+        transaction.on_commit(
+            lambda: [tasks.candidate_generate.delay(pk) for pk in candidate_ids]
+        )
+    return candidate_ids
+
+
+def candidate_generate(*, candidate_id: int, mock_response: str | None = None) -> None:
+    """Claim a candidate, call the model once, save the answer or the error.
+
+    A transient error puts the candidate back to pending and re-raises, so the task retries.
+    """
+    now = timezone.now()
+    claimed = (
+        Candidate.objects.filter(pk=candidate_id)
+        .filter(Q(status=Candidate.Status.PENDING) | Q(
+            status=Candidate.Status.RUNNING, lease_expires_at__lt=now
+        ))
+        .update(
+            status=Candidate.Status.RUNNING,
+            lease_expires_at=now + _candidate_lease(),
+            attempts=F("attempts") + 1,
+        )
+    )
+    if not claimed:
+        return
+    candidate = Candidate.objects.select_related("generation").get(pk=candidate_id)
+    generation = candidate.generation
+    try:
+        completion = llm.complete(
+            messages=generation.messages,
+            model=generation.model,
+            params=generation.params,
+            mock_response=mock_response,
+        )
+    except llm.TransientLLMError as error:
+        Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.RUNNING).update(
+            status=Candidate.Status.PENDING, error=f"Retrying: {error}", lease_expires_at=None
+        )
+        raise
+    except llm.PermanentLLMError as error:
+        candidate_fail(candidate_id=candidate_id, message=str(error))
+        return
+    Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.RUNNING).update(
+        status=Candidate.Status.DONE,
+        text=completion.text,
+        error="",
+        model=completion.model,
+        latency_ms=completion.latency_ms,
+        prompt_tokens=completion.prompt_tokens,
+        completion_tokens=completion.completion_tokens,
+        cost_usd=completion.cost_usd,
+        finished_at=timezone.now(),
+        lease_expires_at=None,
+    )
+    generation_finish_if_complete(generation_id=generation.pk)
+
+
+def candidate_fail(*, candidate_id: int, message: str) -> None:
+    updated = Candidate.objects.filter(
+        pk=candidate_id, status__in=[Candidate.Status.PENDING, Candidate.Status.RUNNING]
+    ).update(
+        status=Candidate.Status.FAILED,
+        error=message,
+        finished_at=timezone.now(),
+        lease_expires_at=None,
+    )
+    if updated:
+        generation_id = Candidate.objects.values_list("generation_id", flat=True).get(
+            pk=candidate_id
+        )
+        generation_finish_if_complete(generation_id=generation_id)
+
+
+def generation_finish_if_complete(*, generation_id: int) -> None:
+    """Called after each candidate settles; the one that settles last flips the item.
+
+    Each caller has committed its own candidate first, so the last of them sees all settled;
+    the conditional UPDATEs make a second flip harmless.
+    """
+    candidates = Candidate.objects.filter(generation_id=generation_id)
+    if candidates.filter(status__in=[Candidate.Status.PENDING, Candidate.Status.RUNNING]).exists():
+        return
+    any_done = candidates.filter(status=Candidate.Status.DONE).exists()
+    with transaction.atomic():
+        flipped = Generation.objects.filter(
+            pk=generation_id, status=Generation.Status.RUNNING
+        ).update(
+            status=Generation.Status.DONE if any_done else Generation.Status.FAILED,
+            finished_at=timezone.now(),
+        )
+        if flipped:
+            item_id = Generation.objects.values_list("item_id", flat=True).get(pk=generation_id)
+            Item.objects.filter(pk=item_id, status=Item.Status.GENERATING).update(
+                status=Item.Status.READY if any_done else Item.Status.FAILED,
+                updated_at=timezone.now(),
+            )

@@ -1,0 +1,41 @@
+from typing import Any
+
+from celery import Task, shared_task
+from django.conf import settings
+
+from icrlhf.generation import services
+from icrlhf.integrations.llm import TransientLLMError
+
+
+@shared_task(name="generation.prepare")
+def generation_prepare(generation_id: int) -> None:
+    services.generation_prepare(generation_id=generation_id)
+
+
+class CandidateTask(Task):  # type: ignore[misc]
+    """Marks the candidate failed when the task gives up, so no candidate is left running."""
+
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        candidate_id = kwargs.get("candidate_id", args[0] if args else None)
+        if candidate_id is None:
+            return
+        if isinstance(exc, TransientLLMError):
+            message = f"Gave up after {self.request.retries + 1} attempts. {exc}"
+        else:
+            message = "Generation failed because of an internal error; it was logged."
+        services.candidate_fail(candidate_id=candidate_id, message=message)
+
+
+@shared_task(
+    name="generation.candidate_generate",
+    base=CandidateTask,
+    autoretry_for=(TransientLLMError,),
+    max_retries=settings.LLM_MAX_RETRIES,
+    retry_backoff=2,
+    retry_backoff_max=60,
+    retry_jitter=True,
+)
+def candidate_generate(candidate_id: int) -> None:
+    services.candidate_generate(candidate_id=candidate_id)

@@ -1,0 +1,32 @@
+import time
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django_htmx.http import HttpResponseStopPolling
+
+from icrlhf.generation import selectors
+from icrlhf.queues.models import Item
+from icrlhf.review.selectors import decision_latest
+
+
+def item_detail(request: HttpRequest, item_id: int) -> HttpResponse:
+    """The item page; for htmx polls, only its candidates partial (polling stops when done)."""
+    item = get_object_or_404(Item.objects.select_related("queue"), pk=item_id)
+    generation = selectors.generation_latest(item=item)
+    context = {
+        "item": item,
+        "generation": generation,
+        "candidates": selectors.generation_candidates(generation=generation) if generation else [],
+        "progress": selectors.generation_progress(generation=generation) if generation else None,
+        "decision": decision_latest(item=item),
+        "shown_at_ms": int(time.time() * 1000),
+    }
+    if request.htmx:
+        response = render(request, "generation/item.html#candidates", context)
+        if generation is None or generation.is_finished:
+            return HttpResponseStopPolling(response.content)
+        return response
+    context["retrievals"] = (
+        selectors.generation_retrievals(generation=generation) if generation else []
+    )
+    return render(request, "generation/item.html", context)

@@ -1,0 +1,142 @@
+"""The one place that talks to language models (through litellm)."""
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+# litellm fetches a cost map from the internet at import unless told to use its bundled copy.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import litellm  # noqa: E402
+from django.conf import settings  # noqa: E402
+
+litellm.suppress_debug_info = True
+litellm.telemetry = False
+
+# Sampling parameters a queue may set; anything else in its params is ignored, so a queue
+# cannot smuggle provider options (base URLs, keys, mock switches) into the call.
+SAMPLING_PARAMS = frozenset(
+    {"temperature", "top_p", "max_tokens", "seed", "stop", "presence_penalty", "frequency_penalty"}
+)
+
+# Errors that may pass on their own: worth a retry with backoff.
+_TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    litellm.RateLimitError,
+    litellm.Timeout,
+    litellm.APIConnectionError,
+    litellm.InternalServerError,
+    litellm.ServiceUnavailableError,
+    litellm.BadGatewayError,
+)
+
+_MAX_ERROR_CHARS = 400
+
+
+class LLMError(Exception):
+    """A failed LLM call, with a message fit to show a reviewer."""
+
+
+class TransientLLMError(LLMError):
+    """Rate limit, timeout, connection trouble or a 5xx: retry later."""
+
+
+class PermanentLLMError(LLMError):
+    """A call that will fail the same way again (bad request, auth, garbage answer)."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    latency_ms: int
+
+
+def sampling_params(params: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in params.items() if key in SAMPLING_PARAMS}
+
+
+def complete(
+    *,
+    messages: list[dict[str, str]],
+    model: str,
+    params: dict[str, Any],
+    mock_response: str | None = None,
+) -> Completion:
+    """One chat completion. `mock_response` is litellm's own offline switch, for tests."""
+    started = time.monotonic()
+    extra: dict[str, Any] = {} if mock_response is None else {"mock_response": mock_response}
+    try:
+        response = litellm.completion(
+            model=model,
+            messages=messages,
+            api_base=settings.LLM_API_BASE or None,
+            api_key=settings.LLM_API_KEY or None,
+            timeout=settings.LLM_TIMEOUT_S,
+            num_retries=0,  # Celery owns the retries, with backoff and a cap.
+            **sampling_params(params),
+            **extra,
+        )
+    except _TRANSIENT_ERRORS as error:
+        raise TransientLLMError(_describe(error)) from error
+    except Exception as error:  # litellm raises many types; all others are permanent.
+        raise PermanentLLMError(_describe(error)) from error
+    latency_ms = int((time.monotonic() - started) * 1000)
+    return _completion_from(response, model=model, latency_ms=latency_ms)
+
+
+def _completion_from(response: Any, *, model: str, latency_ms: int) -> Completion:
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError) as error:
+        raise PermanentLLMError("The model's answer had no message in it.") from error
+    if not isinstance(content, str) or not content.strip():
+        raise PermanentLLMError("The model returned an empty answer.")
+    usage = getattr(response, "usage", None)
+    try:
+        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+    except Exception:  # Unknown models have no price; cost is informative only.
+        cost = 0.0
+    return Completion(
+        text=content.strip(),
+        model=str(getattr(response, "model", None) or model),
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost_usd=cost,
+        latency_ms=latency_ms,
+    )
+
+
+# Most specific first: several of litellm's errors subclass others (Timeout is a connection
+# error, a context-window error is a bad request).
+_ERROR_LABELS: tuple[tuple[type[Exception], str], ...] = (
+    (litellm.Timeout, "The model did not answer in time"),
+    (litellm.RateLimitError, "The model is rate-limited"),
+    (litellm.APIConnectionError, "The model could not be reached"),
+    (litellm.ServiceUnavailableError, "The model's server is unavailable"),
+    (litellm.BadGatewayError, "The model's server is unavailable"),
+    (litellm.InternalServerError, "The model's server failed"),
+    (litellm.AuthenticationError, "The model rejected the API key"),
+    (litellm.NotFoundError, "The model was not found"),
+    (litellm.ContextWindowExceededError, "The prompt is too long for the model"),
+    (litellm.BadRequestError, "The model rejected the request"),
+)
+
+
+def _describe(error: Exception) -> str:
+    kind = next(
+        (label for cls, label in _ERROR_LABELS if isinstance(error, cls)), "The model call failed"
+    )
+    detail = " ".join(str(getattr(error, "message", None) or error).split())
+    if len(detail) > _MAX_ERROR_CHARS:
+        detail = detail[: _MAX_ERROR_CHARS - 1] + "…"
+    return f"{kind}: {detail}" if detail else kind
+
+
+def count_tokens(text: str) -> int:
+    """Tokens of a text, for the example budget. An estimate (≈4 characters a token) that
+    holds across models, so the budget means the same whichever model a queue uses."""
+    return max(1, (len(text) + 3) // 4)

@@ -1,0 +1,150 @@
+"""The one place that talks to the vector store (Qdrant: local folder or server)."""
+
+import contextlib
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from qdrant_client import QdrantClient, models
+
+# Local mode allows one process per folder and is not thread-safe: every call takes this lock.
+# A server needs no lock, and any number of workers may connect to it.
+_local_lock = threading.RLock()
+_client_lock = threading.Lock()
+
+
+class VectorStoreUnavailable(RuntimeError):
+    """The store could not be reached or opened; the caller should try again later."""
+
+
+@dataclass(frozen=True)
+class Point:
+    id: uuid.UUID
+    vector: list[float]
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: uuid.UUID
+    score: float
+    vector: list[float]
+    payload: dict[str, Any]
+
+
+def collection_name(queue_slug: str) -> str:
+    return f"{settings.QDRANT_COLLECTION_PREFIX}_{queue_slug}"
+
+
+@cache
+def _client() -> QdrantClient:
+    if settings.QDRANT_URL:
+        return QdrantClient(
+            url=settings.QDRANT_URL, api_key=settings.QDRANT_API_KEY or None, timeout=10
+        )
+    settings.QDRANT_PATH.mkdir(parents=True, exist_ok=True)
+    return QdrantClient(path=str(settings.QDRANT_PATH))
+
+
+@contextlib.contextmanager
+def _store() -> Iterator[QdrantClient]:
+    lock = contextlib.nullcontext() if settings.QDRANT_URL else _local_lock
+    with lock:
+        try:
+            with _client_lock:
+                client = _client()
+            yield client
+        except VectorStoreUnavailable:
+            raise
+        except (ValueError, KeyError):
+            raise  # Our own mistakes (a bad filter, a wrong dimension) must not look like an outage.
+        except Exception as error:  # Connection refused, a locked folder, a 5xx from the server…
+            raise VectorStoreUnavailable(f"The vector store is unavailable: {error}") from error
+
+
+def close() -> None:
+    """Release the store (local mode holds a folder lock until then)."""
+    with _local_lock, _client_lock:
+        if _client.cache_info().currsize:
+            _client().close()
+            _client.cache_clear()
+
+
+def _ensure_collection(client: QdrantClient, name: str, dimensions: int) -> None:
+    if not client.collection_exists(name):
+        client.create_collection(
+            name,
+            vectors_config=models.VectorParams(size=dimensions, distance=models.Distance.COSINE),
+        )
+
+
+def upsert(*, collection: str, points: Sequence[Point]) -> None:
+    if not points:
+        return
+    with _store() as client:
+        _ensure_collection(client, collection, len(points[0].vector))
+        client.upsert(
+            collection,
+            points=[
+                models.PointStruct(id=str(point.id), vector=point.vector, payload=point.payload)
+                for point in points
+            ],
+            wait=True,
+        )
+
+
+def delete(*, collection: str, ids: Sequence[uuid.UUID]) -> None:
+    with _store() as client:
+        if client.collection_exists(collection):
+            client.delete(
+                collection, points_selector=models.PointIdsList(points=[str(i) for i in ids])
+            )
+
+
+def search(
+    *,
+    collection: str,
+    vector: list[float],
+    limit: int,
+    match: dict[str, list[str]],
+    min_score: float | None = None,
+) -> list[Hit]:
+    """Nearest points whose payload field takes one of the given values, for every field."""
+    query_filter = models.Filter(
+        must=[
+            models.FieldCondition(key=key, match=models.MatchAny(any=values))
+            for key, values in match.items()
+        ]
+    )
+    with _store() as client:
+        if not client.collection_exists(collection):
+            return []
+        result = client.query_points(
+            collection,
+            query=vector,
+            query_filter=query_filter,
+            limit=limit,
+            score_threshold=min_score,
+            with_payload=True,
+            with_vectors=True,
+        )
+    return [
+        Hit(
+            id=uuid.UUID(str(point.id)),
+            score=float(point.score),
+            vector=list(point.vector) if isinstance(point.vector, list) else [],
+            payload=dict(point.payload or {}),
+        )
+        for point in result.points
+    ]
+
+
+def count(*, collection: str) -> int:
+    with _store() as client:
+        if not client.collection_exists(collection):
+            return 0
+        return int(client.count(collection, exact=True).count)

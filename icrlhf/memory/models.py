@@ -1,0 +1,71 @@
+import uuid
+
+from django.db import models
+
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.queues.models import Queue
+from icrlhf.review.models import Decision
+
+
+class Example(models.Model):
+    """A rewarded trajectory kept as memory. Its UUID is also its point id in the vector store."""
+
+    class Role(models.TextChoices):
+        PREFERRED = "preferred", "Preferred"
+        REJECTED = "rejected", "Rejected"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        PINNED = "pinned", "Pinned"
+        RETIRED = "retired", "Retired"
+
+    class IndexState(models.TextChoices):
+        PENDING = "pending", "Pending"
+        INDEXED = "indexed", "Indexed"
+        FAILED = "failed", "Failed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="examples")
+    decision = models.ForeignKey(Decision, on_delete=models.CASCADE, related_name="examples")
+    candidate = models.ForeignKey(
+        Candidate, null=True, blank=True, on_delete=models.SET_NULL, related_name="examples",
+        help_text="The candidate this output came from (for an edit: the one edited).",
+    )
+    input_text = models.TextField()
+    output_text = models.TextField()
+    reward = models.FloatField()
+    role = models.CharField(max_length=10, choices=Role.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    weight = models.FloatField(default=1.0)
+    times_retrieved = models.PositiveIntegerField(default=0)
+    times_accepted = models.PositiveIntegerField(default=0)
+    utility = models.FloatField(null=True, blank=True)
+    index_state = models.CharField(
+        max_length=10, choices=IndexState.choices, default=IndexState.PENDING
+    )
+    index_error = models.TextField(blank=True)
+    embedding_model = models.CharField(max_length=200, blank=True)
+    indexed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["index_state", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_role_display()} example {self.pk}"
+
+
+class Retrieval(models.Model):
+    """An example retrieved into a generation's prompt, with its similarity and rank."""
+
+    generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="retrievals")
+    example = models.ForeignKey(Example, on_delete=models.CASCADE, related_name="retrievals")
+    score = models.FloatField()
+    rank = models.PositiveSmallIntegerField()
+
+    class Meta:
+        ordering = ["rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["generation", "example"], name="retrieval_unique"),
+        ]

@@ -1,0 +1,135 @@
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import timedelta
+from uuid import UUID
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.integrations import embeddings, vectors
+from icrlhf.memory import tasks
+from icrlhf.memory.models import Example, Retrieval
+from icrlhf.memory.selectors import RetrievedExample
+from icrlhf.review.models import Decision
+
+logger = logging.getLogger(__name__)
+
+PREFERRED_REWARD = 1.0
+REJECTED_REWARD = 0.0
+# The index task normally runs within a second of the decision; the sweeper leaves those alone.
+_SWEEP_GRACE = timedelta(seconds=30)
+
+
+def examples_record(*, decision: Decision) -> list[Example]:
+    """Turn a decision into rewarded examples and index them once the decision commits.
+
+    Chosen or edited: the final text is preferred (1.0); every candidate that was not chosen,
+    including the one an edit started from, is rejected (0.0). None acceptable: all rejected.
+    Must run inside the decision's transaction.
+    """
+    queue_id = decision.item.queue_id
+    input_text = decision.item.input_text
+    examples: list[Example] = []
+    if decision.verdict != Decision.Verdict.NONE_ACCEPTABLE:
+        examples.append(
+            Example(
+                queue_id=queue_id,
+                decision=decision,
+                candidate=decision.chosen_candidate,
+                input_text=input_text,
+                output_text=decision.final_text,
+                reward=PREFERRED_REWARD,
+                role=Example.Role.PREFERRED,
+            )
+        )
+    rejected = decision.generation.candidates.filter(status=Candidate.Status.DONE)
+    if decision.verdict == Decision.Verdict.CHOSEN:
+        rejected = rejected.exclude(pk=decision.chosen_candidate_id)
+    examples.extend(
+        Example(
+            queue_id=queue_id,
+            decision=decision,
+            candidate=candidate,
+            input_text=input_text,
+            output_text=candidate.text,
+            reward=REJECTED_REWARD,
+            role=Example.Role.REJECTED,
+        )
+        for candidate in rejected
+    )
+    Example.objects.bulk_create(examples)
+    example_ids = [str(example.pk) for example in examples]
+    transaction.on_commit(lambda: tasks.examples_index.delay(example_ids))
+    return examples
+
+
+def retrievals_record(*, generation: Generation, retrieved: Sequence[RetrievedExample]) -> None:
+    Retrieval.objects.bulk_create(
+        Retrieval(generation=generation, example=r.example, score=r.score, rank=r.rank)
+        for r in retrieved
+    )
+
+
+def examples_index(*, example_ids: Sequence[UUID | str]) -> int:
+    """Embed and upsert examples that still need it; returns how many were indexed.
+
+    Idempotent: the example UUID is the point id, so indexing twice overwrites the same point.
+    Raises VectorStoreUnavailable after marking the examples failed, so the task can retry.
+    """
+    examples = list(
+        Example.objects.filter(pk__in=list(example_ids))
+        .exclude(index_state=Example.IndexState.INDEXED)
+        .select_related("queue")
+    )
+    if not examples:
+        return 0
+    texts = sorted({example.input_text for example in examples})
+    vector_of = dict(zip(texts, embeddings.embed_texts(texts), strict=True))
+    by_collection: dict[str, list[vectors.Point]] = defaultdict(list)
+    for example in examples:
+        by_collection[vectors.collection_name(example.queue.slug)].append(
+            vectors.Point(
+                id=example.pk,
+                vector=vector_of[example.input_text],
+                payload={
+                    "queue_id": example.queue_id,
+                    "role": example.role,
+                    "status": example.status,
+                    "reward": example.reward,
+                },
+            )
+        )
+    ids = [example.pk for example in examples]
+    try:
+        for collection, points in by_collection.items():
+            vectors.upsert(collection=collection, points=points)
+    except vectors.VectorStoreUnavailable as error:
+        Example.objects.filter(pk__in=ids).update(
+            index_state=Example.IndexState.FAILED, index_error=str(error)[:1000]
+        )
+        raise
+    Example.objects.filter(pk__in=ids).update(
+        index_state=Example.IndexState.INDEXED,
+        index_error="",
+        embedding_model=embeddings.model_id(),
+        indexed_at=timezone.now(),
+    )
+    return len(ids)
+
+
+def examples_unindexed(*, limit: int = 500) -> list[str]:
+    """Examples the index task has not managed to store: failed ones, and pending ones older
+    than a normal indexing delay (their task was lost, or the store was down)."""
+    cutoff = timezone.now() - _SWEEP_GRACE
+    return [
+        str(pk)
+        for pk in Example.objects.filter(
+            Q(index_state=Example.IndexState.FAILED)
+            | Q(index_state=Example.IndexState.PENDING, created_at__lt=cutoff)
+        )
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:limit]
+    ]

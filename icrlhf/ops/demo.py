@@ -1,0 +1,82 @@
+"""The demo data `make run` seeds: a login, a queue, and a few Banking77 customer messages."""
+
+import csv
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from icrlhf.queues.models import Queue
+from icrlhf.queues.services import item_create
+
+DEMO_USERNAME = "demo"
+DEMO_QUEUE_SLUG = "banking-support"
+DEMO_SYSTEM_PROMPT = (
+    "You are a customer-support agent of an online bank. Reply to the customer's message in "
+    "two or three short, friendly sentences. Never ask for card numbers or passwords."
+)
+# One message of each of these intents, in this order; a similar question typed next shows
+# the remembered answer among the retrieved examples.
+DEMO_INTENTS = ("card_arrival", "lost_or_stolen_card", "exchange_rate", "pin_blocked", "top_up_limits")
+
+
+@dataclass(frozen=True)
+class DemoLogin:
+    username: str
+    password: str
+
+
+def banking77_messages(path: Path) -> dict[str, list[str]]:
+    by_intent: dict[str, list[str]] = {}
+    with path.open(newline="", encoding="utf-8") as stream:
+        for row in csv.DictReader(stream):
+            by_intent.setdefault(row["category"], []).append(row["text"].strip())
+    return by_intent
+
+
+def demo_login_ensure() -> DemoLogin:
+    """The demo user, with a random password kept in var/ so every start prints the same one."""
+    password_file = settings.VAR_DIR / "demo_password"
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=DEMO_USERNAME).first()
+    if user is None or not password_file.is_file():
+        password = secrets.token_urlsafe(12)
+        if user is None:
+            user = user_model.objects.create_superuser(DEMO_USERNAME, "", password)
+        else:
+            user.set_password(password)
+            user.save(update_fields=["password"])
+        password_file.parent.mkdir(parents=True, exist_ok=True)
+        password_file.write_text(password + "\n")
+        password_file.chmod(0o600)
+    return DemoLogin(DEMO_USERNAME, password_file.read_text().strip())
+
+
+@transaction.atomic
+def demo_queue_ensure(*, data_dir: Path) -> tuple[Queue, int]:
+    """Create the demo queue and its items once; returns the queue and the items created."""
+    queue, created = Queue.objects.get_or_create(
+        slug=DEMO_QUEUE_SLUG,
+        defaults={
+            "name": "Banking support",
+            "system_prompt": DEMO_SYSTEM_PROMPT,
+            "guidelines": "Prefer answers that are correct, short and tell the customer what "
+            "to do next.",
+            "n_candidates": 4,
+            "k_examples": 5,
+            "max_tokens": 120,
+        },
+    )
+    if not created:
+        return queue, 0
+    csv_path = data_dir / "banking77" / "test.csv"
+    if not csv_path.is_file():
+        return queue, 0
+    messages = banking77_messages(csv_path)
+    user = get_user_model().objects.get(username=DEMO_USERNAME)
+    for intent in DEMO_INTENTS:
+        item_create(queue=queue, input_text=messages[intent][0], created_by=user)
+    return queue, len(DEMO_INTENTS)

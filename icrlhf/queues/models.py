@@ -1,0 +1,111 @@
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+MAX_CANDIDATES = 8
+
+
+class Queue(models.Model):
+    class Kind(models.TextChoices):
+        GENERAL = "general", "General"
+        TRIAGE = "triage", "Support triage"
+
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.GENERAL)
+    system_prompt = models.TextField(default="You are a helpful assistant. Answer concisely.")
+    guidelines = models.TextField(blank=True, help_text="Markdown, shown to reviewers.")
+    guidelines_version = models.PositiveIntegerField(default=1)
+    model = models.CharField(
+        max_length=200, blank=True, help_text="A litellm model name; empty uses LLM_MODEL."
+    )
+    temperature = models.FloatField(
+        default=0.7, validators=[MinValueValidator(0.0), MaxValueValidator(2.0)]
+    )
+    max_tokens = models.PositiveIntegerField(
+        default=256, validators=[MinValueValidator(1), MaxValueValidator(8192)]
+    )
+    n_candidates = models.PositiveSmallIntegerField(
+        "candidates per item",
+        default=4,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_CANDIDATES)],
+    )
+    k_examples = models.PositiveSmallIntegerField(
+        "examples retrieved", default=5, validators=[MaxValueValidator(50)]
+    )
+    min_similarity = models.FloatField(
+        default=0.2,
+        validators=[MinValueValidator(-1.0), MaxValueValidator(1.0)],
+        help_text="Examples less similar than this (cosine) are never retrieved.",
+    )
+    example_token_budget = models.PositiveIntegerField(
+        default=1500, help_text="Retrieved examples are added whole until this budget is reached."
+    )
+    reviewers_per_item = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(5)]
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(n_candidates__gte=1, n_candidates__lte=MAX_CANDIDATES),
+                name="queue_n_candidates_1_to_8",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Item(models.Model):
+    class Status(models.TextChoices):
+        NEW = "new", "New"
+        GENERATING = "generating", "Generating"
+        READY = "ready", "Ready for review"
+        DECIDED = "decided", "Decided"
+        SKIPPED = "skipped", "Skipped"
+        FAILED = "failed", "Failed"
+
+    class Source(models.TextChoices):
+        UI = "ui", "Web"
+        API = "api", "API"
+        IMPORT = "import", "Import"
+
+    class Priority(models.TextChoices):
+        LOW = "low", "Low"
+        NORMAL = "normal", "Normal"
+        HIGH = "high", "High"
+        URGENT = "urgent", "Urgent"
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="items")
+    input_text = models.TextField()
+    subject = models.CharField(max_length=500, blank=True)
+    body = models.TextField(blank=True)
+    customer = models.CharField(max_length=200, blank=True)
+    channel = models.CharField(max_length=50, blank=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.NEW)
+    priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.NORMAL)
+    sla_due_at = models.DateTimeField(null=True, blank=True)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.UI)
+    external_id = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["queue", "status", "created_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "external_id"],
+                condition=~models.Q(external_id=""),
+                name="item_unique_external_id_per_queue",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.input_text[:60]}"

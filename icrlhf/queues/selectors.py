@@ -1,0 +1,16 @@
+from django.db.models import Count, Q, QuerySet
+
+from icrlhf.queues.models import Item, Queue
+
+
+def queues_with_counts() -> QuerySet[Queue]:
+    return Queue.objects.annotate(
+        items_total=Count("items"),
+        items_ready=Count("items", filter=Q(items__status=Item.Status.READY)),
+        items_generating=Count("items", filter=Q(items__status=Item.Status.GENERATING)),
+        items_decided=Count("items", filter=Q(items__status=Item.Status.DECIDED)),
+    )
+
+
+def queue_items_recent(*, queue: Queue, limit: int = 50) -> QuerySet[Item]:
+    return queue.items.order_by("-created_at")[:limit]

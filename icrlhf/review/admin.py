@@ -1,0 +1,18 @@
+from django.contrib import admin
+
+from icrlhf.review.models import Decision
+
+
+@admin.register(Decision)
+class DecisionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Read-only: decisions are append-only."""
+
+    list_display = ["pk", "item", "verdict", "reviewer", "created_at"]
+    list_filter = ["verdict", "item__queue"]
+    readonly_fields = [field.name for field in Decision._meta.fields]
+
+    def has_add_permission(self, request: object) -> bool:
+        return False
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False

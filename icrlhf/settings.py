@@ -1,0 +1,229 @@
+"""Settings, read from environment variables (every one is documented in the README)."""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("ICRLHF_VAR_DIR", BASE_DIR / "var"))
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return int(value)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from error
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return float(value)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name} must be a number, got {value!r}") from error
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [part.strip() for part in os.environ.get(name, default).split(",") if part.strip()]
+
+
+DEBUG = env_bool("DEBUG", False)
+
+# The key comes from SECRET_KEY, or from the file SECRET_KEY_FILE names (`make run` writes one
+# under var/ on first start, so a local install gets a strong key without any set-up).
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+SECRET_KEY_FILE = Path(env_str("SECRET_KEY_FILE", str(VAR_DIR / "secret_key")))
+if not SECRET_KEY and SECRET_KEY_FILE.is_file():
+    SECRET_KEY = SECRET_KEY_FILE.read_text().strip()
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "Set SECRET_KEY (or SECRET_KEY_FILE) when DEBUG is off; see the README."
+        )
+    SECRET_KEY = "django-insecure-development-only-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
+
+# Behind TLS (production): secure cookies, HSTS and the redirect that `check --deploy` wants.
+HTTPS = env_bool("HTTPS", False)
+SECURE_SSL_REDIRECT = HTTPS
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_HSTS_SECONDS = 31_536_000 if HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = HTTPS
+SECURE_HSTS_PRELOAD = HTTPS
+if env_bool("BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "icrlhf.queues",
+    "icrlhf.generation",
+    "icrlhf.review",
+    "icrlhf.memory",
+    "icrlhf.ops",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Every page needs a login unless its view says otherwise (only the login page does).
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "icrlhf.urls"
+WSGI_APPLICATION = "icrlhf.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"), conn_max_age=60
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # The web server and the worker's threads write concurrently: WAL lets readers go on,
+    # IMMEDIATE takes the write lock up front so two writers queue instead of deadlocking.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "queues:list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = env_str("TIME_ZONE", "UTC")
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+# Serve from the app folders without collectstatic when no manifest was built (the dev run).
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"LiteLLM": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
+}
+
+# --- Celery (the worker/ package reads every CELERY_* setting) ---------------------------
+CELERY_BROKER_URL = env_str("BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "icrlhf")
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- LLM (any litellm model) ----------------------------------------------------------------
+LLM_MODEL = env_str("LLM_MODEL", "openai/smollm2")
+LLM_API_BASE = env_str("LLM_API_BASE", "http://127.0.0.1:8081/v1")
+LLM_API_KEY = env_str("LLM_API_KEY", "local")
+LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 60.0)
+LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3)
+LLM_MAX_TOKENS = env_int("LLM_MAX_TOKENS", 256)
+
+# acks_late redelivers a task whose worker died only after the visibility timeout: it must
+# exceed the longest a task can legitimately run (one LLM call and its backoff), or Redis
+# would hand a still-running call to a second worker.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("BROKER_VISIBILITY_TIMEOUT_S", 3600),
+}
+if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= LLM_TIMEOUT_S * 2:
+    raise ImproperlyConfigured(
+        "BROKER_VISIBILITY_TIMEOUT_S must exceed twice LLM_TIMEOUT_S, or running LLM calls "
+        "would be delivered twice."
+    )
+
+# --- Memory: embeddings and the vector store ---------------------------------------------------
+EMBEDDING_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+EMBEDDING_MODEL_DIR = Path(
+    env_str("EMBEDDING_MODEL_DIR", str(VAR_DIR / "models" / "all-MiniLM-L6-v2"))
+)
+EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 2)
+QDRANT_URL = env_str("QDRANT_URL", "")
+QDRANT_API_KEY = env_str("QDRANT_API_KEY", "")
+QDRANT_PATH = Path(env_str("QDRANT_PATH", str(VAR_DIR / "qdrant")))
+QDRANT_COLLECTION_PREFIX = env_str("QDRANT_COLLECTION_PREFIX", "icrlhf")
+# How often the sweeper re-enqueues examples that are still unindexed.
+MEMORY_SWEEP_INTERVAL_S = env_int("MEMORY_SWEEP_INTERVAL_S", 60)
+
+# --- Input limits ----------------------------------------------------------------------------
+ITEM_INPUT_MAX_CHARS = env_int("ITEM_INPUT_MAX_CHARS", 20_000)
+
+# --- The local LLM of the embedded defaults (`make run` starts it) -----------------------------
+LOCAL_LLM_MODEL_PATH = Path(
+    env_str("LOCAL_LLM_MODEL_PATH", str(VAR_DIR / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+)
+
+# Datasets for the demo and the benchmarks (../shared/data beside the checkout).
+SHARED_DATA_DIR = Path(env_str("SHARED_DATA_DIR", str(BASE_DIR.parent / "shared" / "data")))

@@ -1,0 +1,128 @@
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.test import Client
+
+from icrlhf.integrations import vectors
+from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
+from tests.factories import QueueFactory, UserFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def wait_for(check: Callable[[], Any], *, timeout_s: float = 30, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"Timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.fixture
+def user(db: None) -> Any:
+    return UserFactory()
+
+
+@pytest.fixture
+def logged_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def queue(db: None) -> Any:
+    return QueueFactory()
+
+
+@pytest.fixture
+def vector_store(tmp_path: Path, settings: Any) -> Iterator[Path]:
+    """A real Qdrant local store in a fresh folder, owned by this test process."""
+    vectors.close()
+    settings.QDRANT_URL = ""
+    settings.QDRANT_PATH = tmp_path / "qdrant"
+    yield settings.QDRANT_PATH
+    vectors.close()
+
+
+@pytest.fixture(scope="session")
+def fixed_llm() -> Iterator[FixedLatencyLLM]:
+    llm = FixedLatencyLLM(latency_s=0.05).start()
+    yield llm
+    llm.stop()
+
+
+class WorkerProcess:
+    """A real Celery worker in its own process, on the real broker, with its own Qdrant folder."""
+
+    def __init__(self, *, env: dict[str, str], log: Path) -> None:
+        self.name = f"test-{uuid.uuid4().hex[:8]}@localhost"
+        self.log = log
+        self._log_stream = log.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "worker", "worker", "--pool", "threads",
+             "--concurrency", "10", "--hostname", self.name, "--loglevel", "INFO",
+             "--without-mingle", "--without-gossip"],
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
+            stdout=self._log_stream,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        from worker import app
+
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError(f"The worker exited: {self.log.read_text()[-3000:]}")
+            return bool(app.control.ping(destination=[self.name], timeout=0.5))
+
+        wait_for(ready, timeout_s=timeout_s, what="the Celery worker")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log_stream.close()
+
+
+@pytest.fixture(scope="session")
+def worker_process(
+    django_db_setup: None, django_db_blocker: Any, fixed_llm: FixedLatencyLLM,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WorkerProcess]:
+    """One worker for the session, talking to the fixed-latency LLM over real HTTP."""
+    folder = tmp_path_factory.mktemp("worker")
+    worker = WorkerProcess(
+        env={"LLM_API_BASE": fixed_llm.api_base, "QDRANT_PATH": str(folder / "qdrant")},
+        log=folder / "worker.log",
+    )
+    try:
+        worker.wait_ready()
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clean_test_files() -> Iterator[None]:
+    yield
+    name = Path(settings.DATABASES["default"]["NAME"])
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        for path in name.parent.glob(name.name + "*"):
+            path.unlink(missing_ok=True)
+    shutil.rmtree(settings.QDRANT_PATH, ignore_errors=True)

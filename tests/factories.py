@@ -1,0 +1,46 @@
+import factory
+from django.contrib.auth import get_user_model
+
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.queues.models import Item, Queue
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = get_user_model()
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"reviewer{n}")
+    password = factory.PostGenerationMethodCall("set_password", "pass-for-tests")
+
+
+class QueueFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Queue
+
+    slug = factory.Sequence(lambda n: f"queue-{n}")
+    name = factory.Sequence(lambda n: f"Queue {n}")
+    n_candidates = 3
+
+
+class ItemFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Item
+
+    queue = factory.SubFactory(QueueFactory)
+    input_text = factory.Sequence(lambda n: f"Question number {n}?")
+    status = Item.Status.READY
+
+
+def ready_generation(item: Item, texts: list[str]) -> Generation:
+    """A finished generation with one done candidate per text (no model involved)."""
+    generation = Generation.objects.create(
+        item=item, model="openai/test-model", params={}, n_candidates=len(texts),
+        status=Generation.Status.DONE,
+        messages=[{"role": "user", "content": item.input_text}],
+    )
+    for position, text in enumerate(texts):
+        Candidate.objects.create(
+            generation=generation, position=position, text=text, status=Candidate.Status.DONE
+        )
+    return generation

@@ -1,0 +1,169 @@
+"""Generation services in-process: litellm runs its real code path, answering with its own
+`mock_response` or over HTTP from a local endpoint; the vector store is a real local folder."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import LazySettings
+
+from icrlhf.generation import services, tasks
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
+from icrlhf.queues.models import Item
+from icrlhf.queues.services import item_create
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def generation(queue: Any, user: Any, vector_store: Path) -> Generation:
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
+    services.generation_prepare(generation_id=item.generations.get().pk)
+    return Generation.objects.get(item=item)
+
+
+def test_prepare_stores_the_exact_messages_and_fans_out(
+    queue: Any, user: Any, vector_store: Path, django_capture_on_commit_callbacks: Any
+) -> None:
+    queue.guidelines = "Be brief."
+    queue.save()
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        enqueued = services.generation_prepare(generation_id=item.generations.get().pk)
+    generation = item.generations.get()
+    assert generation.status == Generation.Status.RUNNING
+    assert generation.messages[0]["role"] == "system"
+    assert "Guidelines (version 1):\nBe brief." in generation.messages[0]["content"]
+    assert generation.messages[-1] == {"role": "user", "content": "Where is my card?"}
+    assert sorted(enqueued) == sorted(generation.candidates.values_list("pk", flat=True))
+    assert len(callbacks) == 1
+    # A redelivered prepare task finds the generation taken and does nothing.
+    assert services.generation_prepare(generation_id=generation.pk) == []
+
+
+def test_a_candidate_is_saved_with_its_answer_and_usage(generation: Generation) -> None:
+    first, *others = generation.candidates.all()
+    services.candidate_generate(candidate_id=first.pk, mock_response="The card ships tomorrow.")
+    first.refresh_from_db()
+    assert first.status == Candidate.Status.DONE
+    assert first.text == "The card ships tomorrow."
+    assert first.attempts == 1 and first.latency_ms is not None
+    generation.refresh_from_db()
+    assert generation.status == Generation.Status.RUNNING  # others still pending
+
+    for candidate in others:
+        services.candidate_generate(candidate_id=candidate.pk, mock_response="Another answer.")
+    generation.refresh_from_db()
+    assert generation.status == Generation.Status.DONE and generation.finished_at
+    assert Item.objects.get(pk=generation.item_id).status == Item.Status.READY
+
+
+def test_a_claimed_candidate_is_not_generated_twice(generation: Generation) -> None:
+    candidate = generation.candidates.first()
+    assert candidate is not None
+    services.candidate_generate(candidate_id=candidate.pk, mock_response="once")
+    services.candidate_generate(candidate_id=candidate.pk, mock_response="twice")
+    candidate.refresh_from_db()
+    assert candidate.text == "once" and candidate.attempts == 1
+
+
+def test_a_transient_error_releases_the_candidate_for_a_retry(generation: Generation) -> None:
+    candidate = generation.candidates.first()
+    assert candidate is not None
+    with pytest.raises(services.llm.TransientLLMError, match="rate-limited"):
+        services.candidate_generate(
+            candidate_id=candidate.pk, mock_response="litellm.RateLimitError"
+        )
+    candidate.refresh_from_db()
+    assert candidate.status == Candidate.Status.PENDING
+    assert candidate.error.startswith("Retrying: The model is rate-limited")
+    services.candidate_generate(candidate_id=candidate.pk, mock_response="second try")
+    candidate.refresh_from_db()
+    assert (candidate.status, candidate.text, candidate.attempts) == ("done", "second try", 2)
+
+
+def test_an_unreachable_model_is_retried_then_marked_failed(
+    generation: Generation, settings: LazySettings
+) -> None:
+    settings.LLM_API_BASE = "http://127.0.0.1:9/v1"  # nothing listens there
+    candidate = generation.candidates.first()
+    assert candidate is not None
+    result = tasks.candidate_generate.apply(args=[candidate.pk])  # eager: retries run inline
+    assert result.failed()
+    candidate.refresh_from_db()
+    assert candidate.status == Candidate.Status.FAILED
+    assert candidate.attempts == settings.LLM_MAX_RETRIES + 1
+    assert candidate.error.startswith(f"Gave up after {settings.LLM_MAX_RETRIES + 1} attempts.")
+    assert "could not be reached" in candidate.error
+
+
+class GarbageLLM(FixedLatencyLLM):
+    def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        return 200, b"<html>certainly not JSON</html>"
+
+
+class EmptyAnswerLLM(FixedLatencyLLM):
+    def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        answer = self.answer(request)
+        answer["choices"][0]["message"]["content"] = "   "
+        return 200, json.dumps(answer).encode()
+
+
+class BadRequestLLM(FixedLatencyLLM):
+    def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        return 400, json.dumps({"error": {"message": "max_tokens is too large"}}).encode()
+
+
+@pytest.mark.parametrize(
+    ("server_class", "message"),
+    [
+        (GarbageLLM, "The model"),
+        (EmptyAnswerLLM, "The model returned an empty answer."),
+        (BadRequestLLM, "The model rejected the request"),
+    ],
+)
+def test_a_garbage_or_refused_answer_fails_the_candidate_readably(
+    generation: Generation, settings: LazySettings, server_class: type[FixedLatencyLLM],
+    message: str,
+) -> None:
+    server = server_class(latency_s=0).start()
+    settings.LLM_API_BASE = server.api_base
+    try:
+        for candidate in generation.candidates.all():
+            tasks.candidate_generate.apply(args=[candidate.pk])
+    finally:
+        server.stop()
+    candidates = list(generation.candidates.all())
+    assert {c.status for c in candidates} == {Candidate.Status.FAILED}
+    assert all(c.error.startswith(message) for c in candidates)
+    assert all("Traceback" not in c.error for c in candidates)
+    generation.refresh_from_db()
+    assert generation.status == Generation.Status.FAILED
+    assert Item.objects.get(pk=generation.item_id).status == Item.Status.FAILED
+
+
+def test_a_timeout_is_transient(generation: Generation, settings: LazySettings) -> None:
+    server = FixedLatencyLLM(latency_s=2).start()
+    settings.LLM_API_BASE = server.api_base
+    settings.LLM_TIMEOUT_S = 0.3
+    candidate = generation.candidates.first()
+    assert candidate is not None
+    try:
+        with pytest.raises(services.llm.TransientLLMError, match="did not answer in time"):
+            services.candidate_generate(candidate_id=candidate.pk)
+    finally:
+        server.stop()
+    candidate.refresh_from_db()
+    assert candidate.status == Candidate.Status.PENDING
+
+
+def test_some_failures_still_leave_the_item_reviewable(generation: Generation) -> None:
+    first, *others = generation.candidates.all()
+    services.candidate_generate(candidate_id=first.pk, mock_response="good")
+    for candidate in others:
+        services.candidate_fail(candidate_id=candidate.pk, message="boom")
+    generation.refresh_from_db()
+    assert generation.status == Generation.Status.DONE
+    assert Item.objects.get(pk=generation.item_id).status == Item.Status.READY

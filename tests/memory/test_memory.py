@@ -1,0 +1,117 @@
+"""Indexing and retrieval against the real embedder (fastembed) and a real Qdrant local store."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import LazySettings
+
+from icrlhf.integrations import vectors
+from icrlhf.memory import services
+from icrlhf.memory.models import Example
+from icrlhf.memory.selectors import examples_retrieve
+from icrlhf.review.services import decision_record
+from tests.factories import ItemFactory, ready_generation
+
+pytestmark = pytest.mark.django_db
+
+
+def remember(queue: Any, user: Any, question: str, answer: str, *others: str) -> list[Example]:
+    """Decide an item (the answer chosen over the others) and index its examples."""
+    item = ItemFactory(queue=queue, input_text=question)
+    generation = ready_generation(item, [answer, *others])
+    decision = decision_record(
+        item_id=item.pk, reviewer=user, verdict="chosen",
+        candidate_id=generation.candidates.get(text=answer).pk,
+    )
+    examples = list(decision.examples.all())
+    services.examples_index(example_ids=[e.pk for e in examples])
+    return examples
+
+
+def retrieve(queue: Any, query: str, k: int = 5, budget: int = 10_000) -> list[str]:
+    return [
+        r.example.output_text
+        for r in examples_retrieve(queue=queue, query_text=query, k=k, token_budget=budget)
+    ]
+
+
+def test_indexing_stores_every_example_under_its_own_id(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    examples = remember(queue, user, "Where is my card?", "It ships in 3 days.", "No idea.")
+    assert {e.index_state for e in Example.objects.all()} == {"indexed"}
+    assert all(e.embedding_model.startswith("all-MiniLM-L6-v2") for e in Example.objects.all())
+    assert vectors.count(collection=vectors.collection_name(queue.slug)) == len(examples) == 2
+    # Indexing again is a no-op for indexed rows and idempotent for the store.
+    assert services.examples_index(example_ids=[e.pk for e in examples]) == 0
+
+
+def test_retrieval_finds_similar_preferred_answers_only(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    remember(queue, user, "My card has not arrived yet.", "It ships in 3 days.", "Buy a new one.")
+    remember(queue, user, "How do I reset my PIN?", "Use the app's security tab.", "Call us.")
+    found = retrieve(queue, "I still haven't received my card", k=1)
+    assert found == ["It ships in 3 days."]
+    assert "Buy a new one." not in retrieve(queue, "I still haven't received my card")
+
+
+def test_unrelated_examples_below_the_similarity_floor_are_not_retrieved(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    queue.min_similarity = 0.5
+    remember(queue, user, "How do I reset my PIN?", "Use the app's security tab.")
+    assert retrieve(queue, "What is the weather like on Mars?") == []
+
+
+def test_pinned_examples_come_first_and_retired_never(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    remember(queue, user, "My card has not arrived yet.", "closest")
+    pinned = remember(queue, user, "Card delivery takes how long?", "pinned one")[0]
+    retired = remember(queue, user, "Has my card been sent?", "retired one")[0]
+    Example.objects.filter(pk=pinned.pk).update(status=Example.Status.PINNED)
+    Example.objects.filter(pk=retired.pk).update(status=Example.Status.RETIRED)
+    found = retrieve(queue, "My card has not arrived yet.")
+    assert found[0] == "pinned one"
+    assert "closest" in found and "retired one" not in found
+
+
+def test_near_duplicates_are_retrieved_once(queue: Any, user: Any, vector_store: Path) -> None:
+    remember(queue, user, "My card has not arrived yet.", "first copy")
+    remember(queue, user, "My card has not arrived yet!", "second copy")
+    remember(queue, user, "When will my card be delivered?", "different")
+    found = retrieve(queue, "My card has not arrived yet.")
+    assert len([text for text in found if text.endswith("copy")]) == 1
+    assert "different" in found
+
+
+def test_examples_are_added_whole_until_the_token_budget(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    remember(queue, user, "My card has not arrived yet.", "short answer")
+    remember(queue, user, "When will my card be delivered?", "long answer " * 200)
+    found = retrieve(queue, "My card has not arrived yet.", budget=60)
+    assert found == ["short answer"]  # the long one would not fit whole: it is left out
+
+
+def test_a_decision_made_while_the_store_is_down_is_kept_and_indexed_later(
+    queue: Any, user: Any, vector_store: Path, settings: LazySettings
+) -> None:
+    settings.QDRANT_URL = "http://127.0.0.1:9"  # a Qdrant server that is down
+    vectors.close()
+    with pytest.raises(vectors.VectorStoreUnavailable):
+        remember(queue, user, "My card has not arrived yet.", "It ships in 3 days.", "Dunno.")
+    examples = Example.objects.all()
+    assert examples.count() == 2  # the decision and its examples are saved
+    assert {e.index_state for e in examples} == {"failed"}
+    assert "unavailable" in examples[0].index_error
+
+    settings.QDRANT_URL = ""  # the store is back
+    vectors.close()
+    pending = services.examples_unindexed()
+    assert sorted(pending) == sorted(str(e.pk) for e in examples)
+    assert services.examples_index(example_ids=pending) == 2
+    assert services.examples_unindexed() == []
+    assert retrieve(queue, "Where is my card?") == ["It ships in 3 days."]

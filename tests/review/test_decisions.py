@@ -1,0 +1,178 @@
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.test import Client
+
+from icrlhf.memory.models import Example
+from icrlhf.queues.models import Item
+from icrlhf.review.models import Decision
+from icrlhf.review.services import DecisionConflict, decision_record
+from tests.factories import ItemFactory, ready_generation
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def item_with_candidates(queue: Any) -> tuple[Item, list[Any]]:
+    item = ItemFactory(queue=queue, input_text="Where is my card?")
+    generation = ready_generation(item, ["answer one", "answer two", "answer three"])
+    return item, list(generation.candidates.order_by("position"))
+
+
+def _examples(item: Item) -> list[tuple[str, float, str]]:
+    return sorted(
+        (e.role, e.reward, e.output_text) for e in Example.objects.filter(decision__item=item)
+    )
+
+
+def test_choosing_rewards_the_choice_and_rejects_the_rest(
+    item_with_candidates: Any, user: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    item, candidates = item_with_candidates
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        decision = decision_record(
+            item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=candidates[1].pk
+        )
+    assert decision.final_text == "answer two"
+    assert _examples(item) == [
+        ("preferred", 1.0, "answer two"),
+        ("rejected", 0.0, "answer one"),
+        ("rejected", 0.0, "answer three"),
+    ]
+    assert set(Example.objects.values_list("index_state", flat=True)) == {"pending"}
+    assert len(callbacks) == 1  # the index task, after commit
+    item.refresh_from_db()
+    assert item.status == Item.Status.DECIDED
+
+
+def test_an_edit_is_preferred_over_every_candidate(item_with_candidates: Any, user: Any) -> None:
+    item, candidates = item_with_candidates
+    decision = decision_record(
+        item_id=item.pk, reviewer=user, verdict="edited", candidate_id=candidates[0].pk,
+        final_text="  answer one, corrected  ",
+    )
+    assert decision.verdict == Decision.Verdict.EDITED
+    assert decision.chosen_candidate_id == candidates[0].pk
+    assert _examples(item) == [
+        ("preferred", 1.0, "answer one, corrected"),
+        ("rejected", 0.0, "answer one"),
+        ("rejected", 0.0, "answer three"),
+        ("rejected", 0.0, "answer two"),
+    ]
+    preferred = Example.objects.get(role="preferred")
+    assert preferred.candidate_id == candidates[0].pk
+
+
+def test_an_unchanged_edit_counts_as_a_pick(item_with_candidates: Any, user: Any) -> None:
+    item, candidates = item_with_candidates
+    decision = decision_record(
+        item_id=item.pk, reviewer=user, verdict="edited", candidate_id=candidates[2].pk,
+        final_text="answer three\n",
+    )
+    assert decision.verdict == Decision.Verdict.CHOSEN
+
+
+def test_none_acceptable_rejects_every_candidate(item_with_candidates: Any, user: Any) -> None:
+    item, _ = item_with_candidates
+    decision_record(item_id=item.pk, reviewer=user, verdict="none_acceptable")
+    assert [role for role, _, _ in _examples(item)] == ["rejected"] * 3
+
+
+def test_failed_candidates_are_not_remembered(queue: Any, user: Any) -> None:
+    item = ItemFactory(queue=queue)
+    generation = ready_generation(item, ["good", "other"])
+    generation.candidates.filter(text="other").update(status="failed", text="")
+    decision_record(
+        item_id=item.pk, reviewer=user, verdict="chosen",
+        candidate_id=generation.candidates.get(text="good").pk,
+    )
+    assert _examples(item) == [("preferred", 1.0, "good")]
+
+
+def test_a_second_decision_is_refused_and_nothing_of_it_is_saved(
+    item_with_candidates: Any, user: Any
+) -> None:
+    item, candidates = item_with_candidates
+    decision_record(item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=candidates[0].pk)
+    with pytest.raises(DecisionConflict, match="already been decided"):
+        decision_record(
+            item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=candidates[1].pk
+        )
+    assert Decision.objects.count() == 1
+    assert Example.objects.filter(role="preferred").get().output_text == "answer one"
+
+
+@pytest.mark.parametrize(
+    ("verdict", "candidate_index", "final_text", "message"),
+    [
+        ("chosen", None, "", "Pick a candidate first"),
+        ("edited", 0, "   ", "The edited answer is empty"),
+        ("bogus", 0, "", "Unknown verdict"),
+    ],
+)
+def test_an_invalid_decision_saves_nothing(
+    item_with_candidates: Any, user: Any, verdict: str, candidate_index: int | None,
+    final_text: str, message: str,
+) -> None:
+    item, candidates = item_with_candidates
+    candidate_id = None if candidate_index is None else candidates[candidate_index].pk
+    with pytest.raises(ValidationError, match=message):
+        decision_record(
+            item_id=item.pk, reviewer=user, verdict=verdict, candidate_id=candidate_id,
+            final_text=final_text,
+        )
+    assert not Decision.objects.exists()
+    item.refresh_from_db()
+    assert item.status == Item.Status.READY
+
+
+def test_a_candidate_of_another_item_cannot_be_chosen(queue: Any, user: Any) -> None:
+    item = ItemFactory(queue=queue)
+    ready_generation(item, ["mine"])
+    other = ready_generation(ItemFactory(queue=queue), ["not mine"]).candidates.get()
+    with pytest.raises(ValidationError, match="does not belong"):
+        decision_record(item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=other.pk)
+
+
+def test_an_item_still_generating_cannot_be_decided(queue: Any, user: Any) -> None:
+    item = ItemFactory(queue=queue, status=Item.Status.GENERATING)
+    generation = ready_generation(item, ["early"])
+    with pytest.raises(DecisionConflict, match="generating"):
+        decision_record(
+            item_id=item.pk, reviewer=user, verdict="chosen",
+            candidate_id=generation.candidates.get().pk,
+        )
+
+
+def test_the_decide_view_saves_and_reports(
+    logged_in: Client, item_with_candidates: Any
+) -> None:
+    item, candidates = item_with_candidates
+    response = logged_in.post(
+        f"/items/{item.pk}/decide/",
+        {"verdict": "edited", "candidate": candidates[1].pk, "final_text": "better"},
+        follow=True,
+    )
+    page = response.content.decode()
+    assert "Saved: edited." in page
+    assert Decision.objects.get().final_text == "better"
+
+    again = logged_in.post(
+        f"/items/{item.pk}/decide/", {"verdict": "chosen", "candidate": candidates[0].pk},
+        follow=True,
+    )
+    assert "already been decided" in again.content.decode()
+    assert Decision.objects.count() == 1
+
+
+def test_the_decide_view_requires_post_and_csrf(item_with_candidates: Any, user: Any) -> None:
+    item, candidates = item_with_candidates
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    assert client.get(f"/items/{item.pk}/decide/").status_code == 405
+    response = client.post(
+        f"/items/{item.pk}/decide/", {"verdict": "chosen", "candidate": candidates[0].pk}
+    )
+    assert response.status_code == 403
+    assert not Decision.objects.exists()

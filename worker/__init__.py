@@ -1,0 +1,3 @@
+from worker.app import app
+
+__all__ = ["app"]
