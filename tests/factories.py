@@ -8,10 +8,9 @@ from icrlhf.queues.models import Item, Queue
 class UserFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = get_user_model()
-        skip_postgeneration_save = True
 
     username = factory.Sequence(lambda n: f"reviewer{n}")
-    password = factory.PostGenerationMethodCall("set_password", "pass-for-tests")
+    password = factory.django.Password("pass-for-tests")
 
 
 class QueueFactory(factory.django.DjangoModelFactory):

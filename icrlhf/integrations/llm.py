@@ -1,6 +1,8 @@
 """The one place that talks to language models (through litellm)."""
 
+import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -8,7 +10,9 @@ from typing import Any
 # litellm fetches a cost map from the internet at import unless told to use its bundled copy.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import httpx  # noqa: E402
 import litellm  # noqa: E402
+import openai  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 litellm.suppress_debug_info = True
@@ -81,6 +85,9 @@ def complete(
             **extra,
         )
     except _TRANSIENT_ERRORS as error:
+        if _in_chain(error, json.JSONDecodeError):
+            # A 200 whose body is not JSON: a misconfigured endpoint, not a passing fault.
+            raise PermanentLLMError("The model's answer could not be read: not JSON.") from error
         raise TransientLLMError(_describe(error)) from error
     except Exception as error:  # litellm raises many types; all others are permanent.
         raise PermanentLLMError(_describe(error)) from error
@@ -126,11 +133,30 @@ _ERROR_LABELS: tuple[tuple[type[Exception], str], ...] = (
 )
 
 
+# litellm prefixes its messages with class names ("litellm.InternalServerError: Internal…").
+_NOISE = re.compile(r"^(?:litellm\.\w+: |\w+Error: |\w*Exception - )+")
+
+
+def _in_chain(error: BaseException, *kinds: type[BaseException]) -> bool:
+    """litellm wraps the real cause (a refused connection, unparsable JSON) in a server error."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, kinds):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _describe(error: Exception) -> str:
-    kind = next(
-        (label for cls, label in _ERROR_LABELS if isinstance(error, cls)), "The model call failed"
-    )
-    detail = " ".join(str(getattr(error, "message", None) or error).split())
+    timed_out = _in_chain(error, litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException)
+    if not timed_out and _in_chain(error, httpx.ConnectError, openai.APIConnectionError):
+        kind = "The model could not be reached"
+    else:
+        kind = next(
+            (label for cls, label in _ERROR_LABELS if isinstance(error, cls)),
+            "The model call failed",
+        )
+    detail = _NOISE.sub("", " ".join(str(getattr(error, "message", None) or error).split()))
     if len(detail) > _MAX_ERROR_CHARS:
         detail = detail[: _MAX_ERROR_CHARS - 1] + "…"
     return f"{kind}: {detail}" if detail else kind

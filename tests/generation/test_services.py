@@ -119,7 +119,7 @@ class BadRequestLLM(FixedLatencyLLM):
 @pytest.mark.parametrize(
     ("server_class", "message"),
     [
-        (GarbageLLM, "The model"),
+        (GarbageLLM, "The model's answer could not be read: not JSON."),
         (EmptyAnswerLLM, "The model returned an empty answer."),
         (BadRequestLLM, "The model rejected the request"),
     ],
