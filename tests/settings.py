@@ -34,3 +34,5 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 TEST_VAR_DIR = VAR_DIR / "test"
+STATIC_ROOT = TEST_VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ class Generation(models.Model):
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="generations")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     model = models.CharField(max_length=200)
+    api_base = models.CharField(max_length=500, blank=True)
     params = models.JSONField(default=dict)
     n_candidates = models.PositiveSmallIntegerField()
     messages = models.JSONField(default=list, help_text="The exact messages sent to the model.")

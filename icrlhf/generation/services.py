@@ -34,6 +34,7 @@ def generation_start(*, item: Item, n_candidates: int) -> Generation:
     generation = Generation.objects.create(
         item=item,
         model=queue.model or settings.LLM_MODEL,
+        api_base=queue.api_base,  # empty: the worker's LLM_API_BASE
         params={"temperature": queue.temperature, "max_tokens": queue.max_tokens},
         n_candidates=n_candidates,
     )
@@ -132,6 +133,7 @@ def candidate_generate(*, candidate_id: int, mock_response: str | None = None) -
         completion = llm.complete(
             messages=generation.messages,
             model=generation.model,
+            api_base=generation.api_base,
             params=generation.params,
             mock_response=mock_response,
         )

@@ -68,6 +68,7 @@ def complete(
     messages: list[dict[str, str]],
     model: str,
     params: dict[str, Any],
+    api_base: str = "",
     mock_response: str | None = None,
 ) -> Completion:
     """One chat completion. `mock_response` is litellm's own offline switch, for tests."""
@@ -77,7 +78,7 @@ def complete(
         response = litellm.completion(
             model=model,
             messages=messages,
-            api_base=settings.LLM_API_BASE or None,
+            api_base=api_base or settings.LLM_API_BASE or None,
             api_key=settings.LLM_API_KEY or None,
             timeout=settings.LLM_TIMEOUT_S,
             num_retries=0,  # Celery owns the retries, with backoff and a cap.

@@ -19,6 +19,10 @@ class Queue(models.Model):
     model = models.CharField(
         max_length=200, blank=True, help_text="A litellm model name; empty uses LLM_MODEL."
     )
+    api_base = models.URLField(
+        "API base URL", blank=True,
+        help_text="The model's endpoint, for OpenAI-compatible servers; empty uses LLM_API_BASE.",
+    )
     temperature = models.FloatField(
         default=0.7, validators=[MinValueValidator(0.0), MaxValueValidator(2.0)]
     )
