@@ -51,6 +51,8 @@ run: install-run models
 	$(BIN)/python manage.py runstack --port $(PORT)
 
 test: install-test models
+	$(BIN)/ruff check .
+	$(BIN)/mypy icrlhf worker
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install-test models

@@ -78,9 +78,24 @@ class WorkerProcess:
         self.log = log
         self._log_stream = log.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "worker", "worker", "--pool", "threads",
-             "--concurrency", "10", "--hostname", self.name, "--loglevel", "INFO",
-             "--without-mingle", "--without-gossip"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "worker",
+                "worker",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "10",
+                "--hostname",
+                self.name,
+                "--loglevel",
+                "INFO",
+                "--without-mingle",
+                "--without-gossip",
+            ],
             cwd=ROOT,
             env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
             stdout=self._log_stream,
@@ -109,7 +124,9 @@ class WorkerProcess:
 
 @pytest.fixture(scope="session")
 def worker_process(
-    django_db_setup: None, django_db_blocker: Any, fixed_llm: FixedLatencyLLM,
+    django_db_setup: None,
+    django_db_blocker: Any,
+    fixed_llm: FixedLatencyLLM,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WorkerProcess]:
     """One worker for the session, talking to the fixed-latency LLM over real HTTP."""

@@ -34,7 +34,10 @@ class ItemFactory(factory.django.DjangoModelFactory):
 def ready_generation(item: Item, texts: list[str]) -> Generation:
     """A finished generation with one done candidate per text (no model involved)."""
     generation = Generation.objects.create(
-        item=item, model="openai/test-model", params={}, n_candidates=len(texts),
+        item=item,
+        model="openai/test-model",
+        params={},
+        n_candidates=len(texts),
         status=Generation.Status.DONE,
         messages=[{"role": "user", "content": item.input_text}],
     )

@@ -7,7 +7,7 @@ class CandidateInline(admin.TabularInline):  # type: ignore[type-arg]
     model = Candidate
     extra = 0
     can_delete = False
-    fields = ["position", "status", "text", "error", "attempts", "latency_ms", "model"]
+    fields = ("position", "status", "text", "error", "attempts", "latency_ms", "model")
     readonly_fields = fields
 
 

@@ -60,6 +60,7 @@ class Candidate(models.Model):
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
     cost_usd = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

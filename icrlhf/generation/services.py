@@ -54,9 +54,10 @@ def generation_prepare(*, generation_id: int) -> list[int]:
     now = timezone.now()
     claimed = (
         Generation.objects.filter(pk=generation_id)
-        .filter(Q(status=Generation.Status.PENDING) | Q(
-            status=Generation.Status.PREPARING, lease_expires_at__lt=now
-        ))
+        .filter(
+            Q(status=Generation.Status.PENDING)
+            | Q(status=Generation.Status.PREPARING, lease_expires_at__lt=now)
+        )
         .update(status=Generation.Status.PREPARING, lease_expires_at=now + _PREPARE_LEASE)
     )
     if not claimed:
@@ -102,9 +103,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
                 "pk", flat=True
             )
         )
-        transaction.on_commit(
-            lambda: [tasks.candidate_generate.delay(pk) for pk in candidate_ids]
-        )
+        transaction.on_commit(lambda: [tasks.candidate_generate.delay(pk) for pk in candidate_ids])
     return candidate_ids
 
 
@@ -116,13 +115,15 @@ def candidate_generate(*, candidate_id: int, mock_response: str | None = None) -
     now = timezone.now()
     claimed = (
         Candidate.objects.filter(pk=candidate_id)
-        .filter(Q(status=Candidate.Status.PENDING) | Q(
-            status=Candidate.Status.RUNNING, lease_expires_at__lt=now
-        ))
+        .filter(
+            Q(status=Candidate.Status.PENDING)
+            | Q(status=Candidate.Status.RUNNING, lease_expires_at__lt=now)
+        )
         .update(
             status=Candidate.Status.RUNNING,
             lease_expires_at=now + _candidate_lease(),
             attempts=F("attempts") + 1,
+            started_at=now,
         )
     )
     if not claimed:

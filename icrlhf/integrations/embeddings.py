@@ -50,3 +50,8 @@ def embed_texts(texts: Sequence[str]) -> list[list[float]]:
 
 def embed_text(text: str) -> list[float]:
     return embed_texts([text])[0]
+
+
+def warm_up() -> None:
+    """Load the model before the first request needs it (it costs a few hundred ms)."""
+    embed_text("warm up")

@@ -104,10 +104,9 @@ def _completion_from(response: Any, *, model: str, latency_ms: int) -> Completio
     if not isinstance(content, str) or not content.strip():
         raise PermanentLLMError("The model returned an empty answer.")
     usage = getattr(response, "usage", None)
-    try:
-        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
-    except Exception:  # Unknown models have no price; cost is informative only.
-        cost = 0.0
+    # litellm prices the call itself; unknown models (local ones) have no price.
+    hidden = getattr(response, "_hidden_params", None) or {}
+    cost = float(hidden.get("response_cost") or 0.0)
     return Completion(
         text=content.strip(),
         model=str(getattr(response, "model", None) or model),
@@ -167,3 +166,13 @@ def count_tokens(text: str) -> int:
     """Tokens of a text, for the example budget. An estimate (≈4 characters a token) that
     holds across models, so the budget means the same whichever model a queue uses."""
     return max(1, (len(text) + 3) // 4)
+
+
+def warm_up() -> None:
+    """litellm imports its provider code on the first call (~0.5 s): pay that at start-up."""
+    complete(
+        messages=[{"role": "user", "content": "warm up"}],
+        model=settings.LLM_MODEL,
+        params={},
+        mock_response="ok",
+    )

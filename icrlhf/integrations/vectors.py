@@ -6,7 +6,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from qdrant_client import QdrantClient, models
@@ -61,7 +61,7 @@ def _store() -> Iterator[QdrantClient]:
         except VectorStoreUnavailable:
             raise
         except (ValueError, KeyError):
-            raise  # Our own mistakes (a bad filter, a wrong dimension) must not look like an outage.
+            raise  # Our own mistakes (a bad filter, a wrong size) must not look like an outage.
         except Exception as error:  # Connection refused, a locked folder, a 5xx from the server…
             raise VectorStoreUnavailable(f"The vector store is unavailable: {error}") from error
 
@@ -136,7 +136,7 @@ def search(
         Hit(
             id=uuid.UUID(str(point.id)),
             score=float(point.score),
-            vector=list(point.vector) if isinstance(point.vector, list) else [],
+            vector=cast(list[float], point.vector),
             payload=dict(point.payload or {}),
         )
         for point in result.points

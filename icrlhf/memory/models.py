@@ -28,7 +28,11 @@ class Example(models.Model):
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="examples")
     decision = models.ForeignKey(Decision, on_delete=models.CASCADE, related_name="examples")
     candidate = models.ForeignKey(
-        Candidate, null=True, blank=True, on_delete=models.SET_NULL, related_name="examples",
+        Candidate,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="examples",
         help_text="The candidate this output came from (for an edit: the one edited).",
     )
     input_text = models.TextField()
@@ -69,3 +73,6 @@ class Retrieval(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["generation", "example"], name="retrieval_unique"),
         ]
+
+    def __str__(self) -> str:
+        return f"Example {self.example_id} at rank {self.rank} of generation {self.generation_id}"

@@ -46,7 +46,7 @@ def examples_record(*, decision: Decision) -> list[Example]:
             )
         )
     rejected = decision.generation.candidates.filter(status=Candidate.Status.DONE)
-    if decision.verdict == Decision.Verdict.CHOSEN:
+    if decision.verdict == Decision.Verdict.CHOSEN and decision.chosen_candidate_id is not None:
         rejected = rejected.exclude(pk=decision.chosen_candidate_id)
     examples.extend(
         Example(

@@ -20,7 +20,13 @@ DEMO_SYSTEM_PROMPT = (
 )
 # One message of each of these intents, in this order; a similar question typed next shows
 # the remembered answer among the retrieved examples.
-DEMO_INTENTS = ("card_arrival", "lost_or_stolen_card", "exchange_rate", "pin_blocked", "top_up_limits")
+DEMO_INTENTS = (
+    "card_arrival",
+    "lost_or_stolen_card",
+    "exchange_rate",
+    "pin_blocked",
+    "top_up_limits",
+)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 class FixedLatencyLLM:
     def __init__(self, *, latency_s: float = 1.0, host: str = "127.0.0.1", port: int = 0) -> None:
         self.latency_s = latency_s
+        self.host = host
         self.calls = 0
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
@@ -27,8 +28,7 @@ class FixedLatencyLLM:
 
     @property
     def api_base(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{self.host}:{self._server.server_address[1]}/v1"
 
     def start(self) -> "FixedLatencyLLM":
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -70,6 +70,9 @@ class FixedLatencyLLM:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes; with Nagle's algorithm on, the client's
+            # delayed ACK would add ~40 ms to every answer and blur the benchmark.
+            disable_nagle_algorithm = True
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 length = int(self.headers.get("Content-Length") or 0)

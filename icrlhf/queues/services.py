@@ -1,5 +1,5 @@
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -32,7 +32,7 @@ def item_create(
     *,
     queue: Queue,
     input_text: str,
-    created_by: AbstractBaseUser | None,
+    created_by: User | None,
     n_candidates: int | None = None,
     source: str = Item.Source.UI,
 ) -> Item:

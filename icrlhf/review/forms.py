@@ -3,7 +3,6 @@ from django import forms
 from icrlhf.review.models import Decision
 
 
-
 class DecisionForm(forms.Form):
     verdict = forms.ChoiceField(choices=Decision.Verdict.choices)
     candidate = forms.IntegerField(required=False)

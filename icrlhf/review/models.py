@@ -20,7 +20,11 @@ class Decision(models.Model):
     )
     verdict = models.CharField(max_length=20, choices=Verdict.choices)
     chosen_candidate = models.ForeignKey(
-        Candidate, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        Candidate,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
         help_text="The candidate chosen, or the one the final text was edited from.",
     )
     final_text = models.TextField(blank=True)

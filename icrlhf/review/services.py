@@ -1,7 +1,7 @@
 from collections.abc import Sequence
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -22,7 +22,7 @@ class DecisionConflict(Exception):
 def decision_record(
     *,
     item_id: int,
-    reviewer: AbstractBaseUser,
+    reviewer: User,
     verdict: str,
     candidate_id: int | None = None,
     final_text: str = "",

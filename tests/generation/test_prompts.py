@@ -21,8 +21,11 @@ def test_examples_become_earlier_turns_most_similar_last() -> None:
 
 def test_without_examples_the_prompt_has_no_examples_preamble() -> None:
     messages = messages_build(
-        system_prompt="Be helpful.", guidelines="Cite the policy.", guidelines_version=2,
-        examples=[], request="q",
+        system_prompt="Be helpful.",
+        guidelines="Cite the policy.",
+        guidelines_version=2,
+        examples=[],
+        request="q",
     )
     assert messages == [
         {"role": "system", "content": "Be helpful.\n\nGuidelines (version 2):\nCite the policy."},

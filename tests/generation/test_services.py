@@ -125,7 +125,9 @@ class BadRequestLLM(FixedLatencyLLM):
     ],
 )
 def test_a_garbage_or_refused_answer_fails_the_candidate_readably(
-    generation: Generation, settings: LazySettings, server_class: type[FixedLatencyLLM],
+    generation: Generation,
+    settings: LazySettings,
+    server_class: type[FixedLatencyLLM],
     message: str,
 ) -> None:
     server = server_class(latency_s=0).start()

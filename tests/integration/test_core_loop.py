@@ -21,7 +21,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 def _ready(item: Item, timeout_s: float = 30) -> Item:
     wait_for(
         lambda: Item.objects.get(pk=item.pk).status in {Item.Status.READY, Item.Status.FAILED},
-        timeout_s=timeout_s, what=f"item {item.pk} to finish generating",
+        timeout_s=timeout_s,
+        what=f"item {item.pk} to finish generating",
     )
     item.refresh_from_db()
     return item
@@ -33,10 +34,13 @@ def test_a_decision_is_retrieved_into_the_next_similar_generation(
     queue = QueueFactory(n_candidates=4, k_examples=3)
     reviewer = UserFactory()
 
-    item_a = _ready(item_create(
-        queue=queue, input_text="My new card has not arrived yet. Where is it?",
-        created_by=reviewer,
-    ))
+    item_a = _ready(
+        item_create(
+            queue=queue,
+            input_text="My new card has not arrived yet. Where is it?",
+            created_by=reviewer,
+        )
+    )
     assert item_a.status == Item.Status.READY
     candidates = list(item_a.generations.get().candidates.all())
     assert [c.status for c in candidates] == [Candidate.Status.DONE] * 4
@@ -44,7 +48,9 @@ def test_a_decision_is_retrieved_into_the_next_similar_generation(
 
     chosen, *rejected = candidates
     decision = decision_record(
-        item_id=item_a.pk, reviewer=reviewer, verdict=Decision.Verdict.CHOSEN,
+        item_id=item_a.pk,
+        reviewer=reviewer,
+        verdict=Decision.Verdict.CHOSEN,
         candidate_id=chosen.pk,
     )
     wait_for(
@@ -52,10 +58,13 @@ def test_a_decision_is_retrieved_into_the_next_similar_generation(
         what="the decision's examples to be indexed",
     )
 
-    item_b = _ready(item_create(
-        queue=queue, input_text="I still haven't received my card, when will it come?",
-        created_by=reviewer,
-    ))
+    item_b = _ready(
+        item_create(
+            queue=queue,
+            input_text="I still haven't received my card, when will it come?",
+            created_by=reviewer,
+        )
+    )
     generation_b = item_b.generations.get()
     retrieved = list(generation_b.retrievals.select_related("example"))
     assert [r.example.output_text for r in retrieved] == [chosen.text]
@@ -72,19 +81,21 @@ def test_a_decision_is_retrieved_into_the_next_similar_generation(
 def test_rejected_answers_are_never_retrieved_as_preferred(worker_process: WorkerProcess) -> None:
     queue = QueueFactory(n_candidates=2)
     reviewer = UserFactory()
-    item_a = _ready(item_create(
-        queue=queue, input_text="My new card has not arrived yet.", created_by=reviewer
-    ))
+    item_a = _ready(
+        item_create(queue=queue, input_text="My new card has not arrived yet.", created_by=reviewer)
+    )
     decision = decision_record(
-        item_id=item_a.pk, reviewer=reviewer, verdict=Decision.Verdict.NONE_ACCEPTABLE,
+        item_id=item_a.pk,
+        reviewer=reviewer,
+        verdict=Decision.Verdict.NONE_ACCEPTABLE,
     )
     wait_for(
         lambda: not decision.examples.exclude(index_state=Example.IndexState.INDEXED).exists(),
         what="indexing",
     )
-    item_b = _ready(item_create(
-        queue=queue, input_text="My new card has not arrived yet!", created_by=reviewer
-    ))
+    item_b = _ready(
+        item_create(queue=queue, input_text="My new card has not arrived yet!", created_by=reviewer)
+    )
     # Only rejected answers exist: none of them may be offered as preferred.
     assert not item_b.generations.get().retrievals.exists()
 

@@ -29,10 +29,25 @@ def local_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = (tmp_path_factory.mktemp("llm") / "llm.log").open("wb")
     server = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias",
-         "smollm2", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048",
-         "--n_threads", "1"],
-        stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(model),
+            "--model_alias",
+            "smollm2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "2048",
+            "--n_threads",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     api_base = f"http://127.0.0.1:{port}/v1"
     try:
@@ -48,31 +63,45 @@ def test_the_loop_runs_on_the_real_local_model(
     worker_process: WorkerProcess, local_llm: str
 ) -> None:
     queue = QueueFactory(
-        model="openai/smollm2", api_base=local_llm, n_candidates=2, max_tokens=40,
+        model="openai/smollm2",
+        api_base=local_llm,
+        n_candidates=2,
+        max_tokens=40,
         system_prompt="You are a bank's support agent. Answer in one sentence.",
     )
     reviewer = UserFactory()
-    item_a = item_create(queue=queue, input_text="My card has not arrived yet.",
-                         created_by=reviewer)
-    wait_for(lambda: Item.objects.get(pk=item_a.pk).status == Item.Status.READY,
-             timeout_s=120, what="the real model's candidates")
+    item_a = item_create(
+        queue=queue, input_text="My card has not arrived yet.", created_by=reviewer
+    )
+    wait_for(
+        lambda: Item.objects.get(pk=item_a.pk).status == Item.Status.READY,
+        timeout_s=120,
+        what="the real model's candidates",
+    )
     candidates = list(item_a.generations.get().candidates.all())
     assert all(c.status == Candidate.Status.DONE for c in candidates)
     assert all(c.text.strip() and c.completion_tokens for c in candidates)
     assert all(c.model for c in candidates)
 
     decision = decision_record(
-        item_id=item_a.pk, reviewer=reviewer, verdict="edited", candidate_id=candidates[0].pk,
+        item_id=item_a.pk,
+        reviewer=reviewer,
+        verdict="edited",
+        candidate_id=candidates[0].pk,
         final_text="Your card is on its way and should arrive within 3 working days.",
     )
     wait_for(
         lambda: not decision.examples.exclude(index_state=Example.IndexState.INDEXED).exists(),
         what="indexing",
     )
-    item_b = item_create(queue=queue, input_text="Where is my card? It still has not come.",
-                         created_by=reviewer)
-    wait_for(lambda: Item.objects.get(pk=item_b.pk).status == Item.Status.READY,
-             timeout_s=120, what="the second generation")
+    item_b = item_create(
+        queue=queue, input_text="Where is my card? It still has not come.", created_by=reviewer
+    )
+    wait_for(
+        lambda: Item.objects.get(pk=item_b.pk).status == Item.Status.READY,
+        timeout_s=120,
+        what="the second generation",
+    )
     generation_b = item_b.generations.get()
     assert {"role": "assistant", "content": decision.final_text} in generation_b.messages
     assert all(c.status == Candidate.Status.DONE for c in generation_b.candidates.all())

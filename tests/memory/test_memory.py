@@ -21,7 +21,9 @@ def remember(queue: Any, user: Any, question: str, answer: str, *others: str) ->
     item = ItemFactory(queue=queue, input_text=question)
     generation = ready_generation(item, [answer, *others])
     decision = decision_record(
-        item_id=item.pk, reviewer=user, verdict="chosen",
+        item_id=item.pk,
+        reviewer=user,
+        verdict="chosen",
         candidate_id=generation.candidates.get(text=answer).pk,
     )
     examples = list(decision.examples.all())

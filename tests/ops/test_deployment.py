@@ -36,8 +36,12 @@ def test_production_settings_pass_the_deploy_check() -> None:
 def test_without_a_secret_key_production_refuses_to_start(tmp_path: Path) -> None:
     result = _run(
         [sys.executable, "manage.py", "check"],
-        {"DJANGO_SETTINGS_MODULE": "icrlhf.settings", "DEBUG": "0", "SECRET_KEY": "",
-         "SECRET_KEY_FILE": str(tmp_path / "absent")},
+        {
+            "DJANGO_SETTINGS_MODULE": "icrlhf.settings",
+            "DEBUG": "0",
+            "SECRET_KEY": "",
+            "SECRET_KEY_FILE": str(tmp_path / "absent"),
+        },
     )
     assert result.returncode != 0
     assert "Set SECRET_KEY (or SECRET_KEY_FILE)" in result.stderr

@@ -87,7 +87,10 @@ def test_the_candidates_partial_polls_until_the_generation_finishes(
 def test_llm_output_is_escaped(logged_in: Client, queue: Any) -> None:
     item = Item.objects.create(queue=queue, input_text="<b>hi</b>", status=Item.Status.READY)
     generation = Generation.objects.create(
-        item=item, model="m", n_candidates=1, status=Generation.Status.DONE,
+        item=item,
+        model="m",
+        n_candidates=1,
+        status=Generation.Status.DONE,
         messages=[{"role": "user", "content": "<img src=x onerror=alert(2)>"}],
     )
     Candidate.objects.create(

@@ -49,7 +49,10 @@ def test_choosing_rewards_the_choice_and_rejects_the_rest(
 def test_an_edit_is_preferred_over_every_candidate(item_with_candidates: Any, user: Any) -> None:
     item, candidates = item_with_candidates
     decision = decision_record(
-        item_id=item.pk, reviewer=user, verdict="edited", candidate_id=candidates[0].pk,
+        item_id=item.pk,
+        reviewer=user,
+        verdict="edited",
+        candidate_id=candidates[0].pk,
         final_text="  answer one, corrected  ",
     )
     assert decision.verdict == Decision.Verdict.EDITED
@@ -67,7 +70,10 @@ def test_an_edit_is_preferred_over_every_candidate(item_with_candidates: Any, us
 def test_an_unchanged_edit_counts_as_a_pick(item_with_candidates: Any, user: Any) -> None:
     item, candidates = item_with_candidates
     decision = decision_record(
-        item_id=item.pk, reviewer=user, verdict="edited", candidate_id=candidates[2].pk,
+        item_id=item.pk,
+        reviewer=user,
+        verdict="edited",
+        candidate_id=candidates[2].pk,
         final_text="answer three\n",
     )
     assert decision.verdict == Decision.Verdict.CHOSEN
@@ -84,7 +90,9 @@ def test_failed_candidates_are_not_remembered(queue: Any, user: Any) -> None:
     generation = ready_generation(item, ["good", "other"])
     generation.candidates.filter(text="other").update(status="failed", text="")
     decision_record(
-        item_id=item.pk, reviewer=user, verdict="chosen",
+        item_id=item.pk,
+        reviewer=user,
+        verdict="chosen",
         candidate_id=generation.candidates.get(text="good").pk,
     )
     assert _examples(item) == [("preferred", 1.0, "good")]
@@ -112,14 +120,21 @@ def test_a_second_decision_is_refused_and_nothing_of_it_is_saved(
     ],
 )
 def test_an_invalid_decision_saves_nothing(
-    item_with_candidates: Any, user: Any, verdict: str, candidate_index: int | None,
-    final_text: str, message: str,
+    item_with_candidates: Any,
+    user: Any,
+    verdict: str,
+    candidate_index: int | None,
+    final_text: str,
+    message: str,
 ) -> None:
     item, candidates = item_with_candidates
     candidate_id = None if candidate_index is None else candidates[candidate_index].pk
     with pytest.raises(ValidationError, match=message):
         decision_record(
-            item_id=item.pk, reviewer=user, verdict=verdict, candidate_id=candidate_id,
+            item_id=item.pk,
+            reviewer=user,
+            verdict=verdict,
+            candidate_id=candidate_id,
             final_text=final_text,
         )
     assert not Decision.objects.exists()
@@ -140,14 +155,14 @@ def test_an_item_still_generating_cannot_be_decided(queue: Any, user: Any) -> No
     generation = ready_generation(item, ["early"])
     with pytest.raises(DecisionConflict, match="generating"):
         decision_record(
-            item_id=item.pk, reviewer=user, verdict="chosen",
+            item_id=item.pk,
+            reviewer=user,
+            verdict="chosen",
             candidate_id=generation.candidates.get().pk,
         )
 
 
-def test_the_decide_view_saves_and_reports(
-    logged_in: Client, item_with_candidates: Any
-) -> None:
+def test_the_decide_view_saves_and_reports(logged_in: Client, item_with_candidates: Any) -> None:
     item, candidates = item_with_candidates
     response = logged_in.post(
         f"/items/{item.pk}/decide/",
@@ -159,7 +174,8 @@ def test_the_decide_view_saves_and_reports(
     assert Decision.objects.get().final_text == "better"
 
     again = logged_in.post(
-        f"/items/{item.pk}/decide/", {"verdict": "chosen", "candidate": candidates[0].pk},
+        f"/items/{item.pk}/decide/",
+        {"verdict": "chosen", "candidate": candidates[0].pk},
         follow=True,
     )
     assert "already been decided" in again.content.decode()

@@ -13,7 +13,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument(
-            "--no-local-llm", action="store_true",
+            "--no-local-llm",
+            action="store_true",
             help="Do not start the llama.cpp server (LLM_API_BASE points elsewhere).",
         )
 
