@@ -1,15 +1,17 @@
-"""The one place that turns text into vectors (fastembed, all-MiniLM-L6-v2, fully offline)."""
+"""The one place that turns text into vectors (fastembed, all-MiniLM-L6-v2, fully offline).
+
+fastembed is imported on first use: the web process never embeds anything."""
 
 import os
 import threading
 from collections.abc import Sequence
 from functools import cache
+from typing import TYPE_CHECKING
 
-# The model folder is built locally (`manage.py build_models`); never ask a hub for it.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from django.conf import settings
 
-from django.conf import settings  # noqa: E402
-from fastembed import TextEmbedding  # noqa: E402
+if TYPE_CHECKING:
+    from fastembed import TextEmbedding
 
 DIMENSIONS = 384
 _BATCH_SIZE = 16  # fastembed's default of 256 peaks near 9 GB of memory.
@@ -33,8 +35,12 @@ def model_id() -> str:
 
 
 @cache
-def _model() -> TextEmbedding:
+def _model() -> "TextEmbedding":
     model_id()  # Fails with a clear message when the folder was never built.
+    # The folder is built locally (`manage.py build_models`): never ask a model hub for it.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from fastembed import TextEmbedding
+
     return TextEmbedding(
         settings.EMBEDDING_MODEL_NAME,
         specific_model_path=str(settings.EMBEDDING_MODEL_DIR),

@@ -1,40 +1,28 @@
-"""The one place that talks to language models (through litellm)."""
+"""The one place that talks to language models (through litellm).
+
+litellm is imported on first use, not at import: the web process imports this module (through
+the services) but never calls a model, and litellm costs seconds and ~150 MB to load.
+"""
 
 import json
 import os
 import re
 import time
 from dataclasses import dataclass
+from functools import cache
+from types import ModuleType
 from typing import Any
 
-# litellm fetches a cost map from the internet at import unless told to use its bundled copy.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-import httpx  # noqa: E402
-import litellm  # noqa: E402
-import openai  # noqa: E402
-from django.conf import settings  # noqa: E402
-
-litellm.suppress_debug_info = True
-litellm.telemetry = False
+from django.conf import settings
 
 # Sampling parameters a queue may set; anything else in its params is ignored, so a queue
 # cannot smuggle provider options (base URLs, keys, mock switches) into the call.
 SAMPLING_PARAMS = frozenset(
     {"temperature", "top_p", "max_tokens", "seed", "stop", "presence_penalty", "frequency_penalty"}
 )
-
-# Errors that may pass on their own: worth a retry with backoff.
-_TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
-    litellm.RateLimitError,
-    litellm.Timeout,
-    litellm.APIConnectionError,
-    litellm.InternalServerError,
-    litellm.ServiceUnavailableError,
-    litellm.BadGatewayError,
-)
-
 _MAX_ERROR_CHARS = 400
+# litellm prefixes its messages with class names ("litellm.InternalServerError: Internal…").
+_NOISE = re.compile(r"^(?:litellm\.\w+: |\w+Error: |\w*Exception - )+")
 
 
 class LLMError(Exception):
@@ -59,6 +47,50 @@ class Completion:
     latency_ms: int
 
 
+@cache
+def _litellm() -> ModuleType:
+    # Without this, litellm fetches a price list from the internet at import.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.telemetry = False
+    return litellm
+
+
+@cache
+def _transient_errors() -> tuple[type[Exception], ...]:
+    """Errors that may pass on their own: worth a retry with backoff."""
+    litellm = _litellm()
+    return (
+        litellm.RateLimitError,
+        litellm.Timeout,
+        litellm.APIConnectionError,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.BadGatewayError,
+    )
+
+
+@cache
+def _error_labels() -> tuple[tuple[type[Exception], str], ...]:
+    # Most specific first: several of litellm's errors subclass others (Timeout is a
+    # connection error, a context-window error is a bad request).
+    litellm = _litellm()
+    return (
+        (litellm.Timeout, "The model did not answer in time"),
+        (litellm.RateLimitError, "The model is rate-limited"),
+        (litellm.APIConnectionError, "The model could not be reached"),
+        (litellm.ServiceUnavailableError, "The model's server is unavailable"),
+        (litellm.BadGatewayError, "The model's server is unavailable"),
+        (litellm.InternalServerError, "The model's server failed"),
+        (litellm.AuthenticationError, "The model rejected the API key"),
+        (litellm.NotFoundError, "The model was not found"),
+        (litellm.ContextWindowExceededError, "The prompt is too long for the model"),
+        (litellm.BadRequestError, "The model rejected the request"),
+    )
+
+
 def sampling_params(params: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in params.items() if key in SAMPLING_PARAMS}
 
@@ -72,6 +104,7 @@ def complete(
     mock_response: str | None = None,
 ) -> Completion:
     """One chat completion. `mock_response` is litellm's own offline switch, for tests."""
+    litellm = _litellm()
     started = time.monotonic()
     extra: dict[str, Any] = {} if mock_response is None else {"mock_response": mock_response}
     try:
@@ -85,7 +118,7 @@ def complete(
             **sampling_params(params),
             **extra,
         )
-    except _TRANSIENT_ERRORS as error:
+    except _transient_errors() as error:
         if _in_chain(error, json.JSONDecodeError):
             # A 200 whose body is not JSON: a misconfigured endpoint, not a passing fault.
             raise PermanentLLMError("The model's answer could not be read: not JSON.") from error
@@ -106,35 +139,14 @@ def _completion_from(response: Any, *, model: str, latency_ms: int) -> Completio
     usage = getattr(response, "usage", None)
     # litellm prices the call itself; unknown models (local ones) have no price.
     hidden = getattr(response, "_hidden_params", None) or {}
-    cost = float(hidden.get("response_cost") or 0.0)
     return Completion(
         text=content.strip(),
         model=str(getattr(response, "model", None) or model),
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        cost_usd=cost,
+        cost_usd=float(hidden.get("response_cost") or 0.0),
         latency_ms=latency_ms,
     )
-
-
-# Most specific first: several of litellm's errors subclass others (Timeout is a connection
-# error, a context-window error is a bad request).
-_ERROR_LABELS: tuple[tuple[type[Exception], str], ...] = (
-    (litellm.Timeout, "The model did not answer in time"),
-    (litellm.RateLimitError, "The model is rate-limited"),
-    (litellm.APIConnectionError, "The model could not be reached"),
-    (litellm.ServiceUnavailableError, "The model's server is unavailable"),
-    (litellm.BadGatewayError, "The model's server is unavailable"),
-    (litellm.InternalServerError, "The model's server failed"),
-    (litellm.AuthenticationError, "The model rejected the API key"),
-    (litellm.NotFoundError, "The model was not found"),
-    (litellm.ContextWindowExceededError, "The prompt is too long for the model"),
-    (litellm.BadRequestError, "The model rejected the request"),
-)
-
-
-# litellm prefixes its messages with class names ("litellm.InternalServerError: Internal…").
-_NOISE = re.compile(r"^(?:litellm\.\w+: |\w+Error: |\w*Exception - )+")
 
 
 def _in_chain(error: BaseException, *kinds: type[BaseException]) -> bool:
@@ -148,12 +160,15 @@ def _in_chain(error: BaseException, *kinds: type[BaseException]) -> bool:
 
 
 def _describe(error: Exception) -> str:
-    timed_out = _in_chain(error, litellm.Timeout, openai.APITimeoutError, httpx.TimeoutException)
+    import httpx
+    import openai
+
+    timed_out = _in_chain(error, _litellm().Timeout, openai.APITimeoutError, httpx.TimeoutException)
     if not timed_out and _in_chain(error, httpx.ConnectError, openai.APIConnectionError):
         kind = "The model could not be reached"
     else:
         kind = next(
-            (label for cls, label in _ERROR_LABELS if isinstance(error, cls)),
+            (label for cls, label in _error_labels() if isinstance(error, cls)),
             "The model call failed",
         )
     detail = _NOISE.sub("", " ".join(str(getattr(error, "message", None) or error).split()))

@@ -1,4 +1,6 @@
-"""The one place that talks to the vector store (Qdrant: local folder or server)."""
+"""The one place that talks to the vector store (Qdrant: local folder or server).
+
+qdrant-client is imported on first use: the web process never talks to the store."""
 
 import contextlib
 import threading
@@ -6,10 +8,12 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
-from qdrant_client import QdrantClient, models
+
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
 
 # Local mode allows one process per folder and is not thread-safe: every call takes this lock.
 # A server needs no lock, and any number of workers may connect to it.
@@ -41,7 +45,9 @@ def collection_name(queue_slug: str) -> str:
 
 
 @cache
-def _client() -> QdrantClient:
+def _client() -> "QdrantClient":
+    from qdrant_client import QdrantClient
+
     if settings.QDRANT_URL:
         return QdrantClient(
             url=settings.QDRANT_URL, api_key=settings.QDRANT_API_KEY or None, timeout=10
@@ -51,7 +57,7 @@ def _client() -> QdrantClient:
 
 
 @contextlib.contextmanager
-def _store() -> Iterator[QdrantClient]:
+def _store() -> Iterator["QdrantClient"]:
     lock = contextlib.nullcontext() if settings.QDRANT_URL else _local_lock
     with lock:
         try:
@@ -74,7 +80,9 @@ def close() -> None:
             _client.cache_clear()
 
 
-def _ensure_collection(client: QdrantClient, name: str, dimensions: int) -> None:
+def _ensure_collection(client: "QdrantClient", name: str, dimensions: int) -> None:
+    from qdrant_client import models
+
     if not client.collection_exists(name):
         client.create_collection(
             name,
@@ -85,6 +93,8 @@ def _ensure_collection(client: QdrantClient, name: str, dimensions: int) -> None
 def upsert(*, collection: str, points: Sequence[Point]) -> None:
     if not points:
         return
+    from qdrant_client import models
+
     with _store() as client:
         _ensure_collection(client, collection, len(points[0].vector))
         client.upsert(
@@ -98,6 +108,8 @@ def upsert(*, collection: str, points: Sequence[Point]) -> None:
 
 
 def delete(*, collection: str, ids: Sequence[uuid.UUID]) -> None:
+    from qdrant_client import models
+
     with _store() as client:
         if client.collection_exists(collection):
             client.delete(
@@ -114,6 +126,8 @@ def search(
     min_score: float | None = None,
 ) -> list[Hit]:
     """Nearest points whose payload field takes one of the given values, for every field."""
+    from qdrant_client import models
+
     query_filter = models.Filter(
         must=[
             models.FieldCondition(key=key, match=models.MatchAny(any=values))

@@ -84,3 +84,19 @@ def test_the_compose_check_catches_a_broken_file(tmp_path: Path) -> None:
 def test_the_compose_file_runs_every_part_at_scale(service: str) -> None:
     result = _run([_compose(), "-f", "docker-compose.yml", "config", "--services"], COMPOSE_ENV)
     assert service in result.stdout.split()
+
+
+def test_the_web_process_loads_no_model_embedder_or_vector_store() -> None:
+    """DESIGN: the web never calls the LLM, the embedder or the vector store, so it must not
+    pay for loading them either (seconds of start-up and ~300 MB per web process)."""
+    probe = (
+        "import sys; from icrlhf.wsgi import application; import icrlhf.urls; "
+        "print(sorted(m for m in ('litellm', 'fastembed', 'qdrant_client', 'onnxruntime') "
+        "if m in sys.modules))"
+    )
+    result = _run(
+        [sys.executable, "-c", probe],
+        {"DJANGO_SETTINGS_MODULE": "icrlhf.settings", "SECRET_KEY": "x" * 50},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
