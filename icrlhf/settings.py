@@ -189,7 +189,6 @@ LLM_API_BASE = env_str("LLM_API_BASE", "http://127.0.0.1:8081/v1")
 LLM_API_KEY = env_str("LLM_API_KEY", "local")
 LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 60.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3)
-LLM_MAX_TOKENS = env_int("LLM_MAX_TOKENS", 256)
 
 # acks_late redelivers a task whose worker died only after the visibility timeout: it must
 # exceed the longest a task can legitimately run (one LLM call and its backoff), or Redis

@@ -1,6 +1,7 @@
 """Production settings and the docker-compose file, checked with the real tools."""
 
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -100,3 +101,12 @@ def test_the_web_process_loads_no_model_embedder_or_vector_store() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_every_environment_variable_is_documented() -> None:
+    settings_source = (ROOT / "icrlhf" / "settings.py").read_text()
+    names = set(re.findall(r'env_\w+\(\s*"([A-Z_]+)"', settings_source))
+    names |= set(re.findall(r'os\.environ\.get\("([A-Z_]+)"', settings_source))
+    readme = (ROOT / "README.md").read_text()
+    assert names, "the pattern found the settings' variables"
+    assert {name for name in names if f"`{name}`" not in readme} == set()
