@@ -12,7 +12,7 @@ PORT ?= 8000
 # llama-cpp-python compiles llama.cpp; the multimodal part is not needed.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
-.PHONY: help run test bench lint install-run install-test models secret-key migrate
+.PHONY: help run test bench lint install-run install-test models secret-key browser
 
 help:
 	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
@@ -50,7 +50,13 @@ run: install-run models
 	$(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py runstack --port $(PORT)
 
-test: install-test models
+# Browser tests drive Debian's Chromium (Playwright's own browser download is not used).
+browser:
+	@command -v chromium >/dev/null || { \
+		test "$$(id -u)" = 0 || { echo "Install Debian's chromium (apt-get install -y chromium)"; exit 1; }; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: install-test models browser
 	$(BIN)/ruff check .
 	$(BIN)/mypy icrlhf worker
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -24,15 +24,13 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "generation": generation,
         "candidates": selectors.generation_candidates(generation=generation) if generation else [],
         "progress": selectors.generation_progress(generation=generation) if generation else None,
+        "retrievals": selectors.generation_retrievals(generation=generation) if generation else [],
         "decision": decision_latest(item=item),
         "shown_at_ms": int(time.time() * 1000),
     }
-    if request.htmx:
-        response = render(request, "generation/item.html#candidates", context)
-        if generation is None or generation.is_finished:
-            return HttpResponseStopPolling(response.content)
-        return response
-    context["retrievals"] = (
-        selectors.generation_retrievals(generation=generation) if generation else []
-    )
-    return render(request, "generation/item.html", context)
+    if not request.htmx:
+        return render(request, "generation/item.html", context)
+    response = render(request, "generation/item.html#live", context)
+    if generation is None or generation.is_finished:
+        return HttpResponseStopPolling(response.content)
+    return response
