@@ -26,17 +26,21 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    # Playwright's sync API keeps an event loop on this thread; the test's own ORM calls are
-    # still synchronous, which Django would otherwise refuse.
+    # Playwright's sync API keeps an event loop on this thread while it runs; the tests' own
+    # ORM calls are still synchronous, which Django would otherwise refuse. Only for this
+    # module: the flag must not leak into other tests (or the processes they start).
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
-        )
-        yield chromium
-        chromium.close()
+    try:
+        with sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(
+                executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
+            )
+            yield chromium
+            chromium.close()
+    finally:
+        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
 
 
 @pytest.fixture
