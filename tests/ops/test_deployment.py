@@ -68,7 +68,7 @@ def test_the_compose_file_is_valid() -> None:
 def test_the_compose_file_demands_its_secrets() -> None:
     result = _run(
         [_compose(), "-f", "docker-compose.yml", "config", "-q"],
-        {"SECRET_KEY": "", "POSTGRES_PASSWORD": ""},
+        {**COMPOSE_ENV, "SECRET_KEY": ""},
     )
     assert result.returncode != 0
     assert "set SECRET_KEY in .env" in result.stderr
