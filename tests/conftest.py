@@ -15,6 +15,7 @@ from django.test import Client
 
 from icrlhf.integrations import vectors
 from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
+from icrlhf.ops.stack import Stack
 from tests.factories import QueueFactory, UserFactory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -140,6 +141,17 @@ def worker_process(
         yield worker
     finally:
         worker.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The machine's Redis; on a machine without one, an embedded Valkey on the same port."""
+    folder = tmp_path_factory.mktemp("broker")
+    stack = Stack(log_dir=folder)
+    try:
+        yield stack.start_broker(settings.CELERY_BROKER_URL, folder)
+    finally:
+        stack.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -12,6 +12,7 @@ from icrlhf.generation import tasks
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.prompts import PromptExample, messages_build
 from icrlhf.integrations import llm
+from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.memory import selectors as memory_selectors
 from icrlhf.memory import services as memory_services
@@ -75,7 +76,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             k=queue.k_examples,
             token_budget=queue.example_token_budget,
         )
-    except VectorStoreUnavailable as error:
+    except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
         # Better an answer without memory than no answer: the reviewer sees why.
         logger.warning("Retrieval skipped for generation %s: %s", generation_id, error)
         retrieval_error = "Memory was unavailable, so no examples were retrieved."
@@ -175,6 +176,17 @@ def candidate_fail(*, candidate_id: int, message: str) -> None:
             pk=candidate_id
         )
         generation_finish_if_complete(generation_id=generation_id)
+
+
+def generation_fail(*, generation_id: int, message: str) -> None:
+    """The generation could not be prepared: fail its unstarted candidates, hence the item."""
+    Candidate.objects.filter(generation_id=generation_id, status=Candidate.Status.PENDING).update(
+        status=Candidate.Status.FAILED, error=message, finished_at=timezone.now()
+    )
+    Generation.objects.filter(
+        pk=generation_id, status__in=[Generation.Status.PENDING, Generation.Status.PREPARING]
+    ).update(status=Generation.Status.RUNNING, lease_expires_at=None)
+    generation_finish_if_complete(generation_id=generation_id)
 
 
 def generation_finish_if_complete(*, generation_id: int) -> None:

@@ -7,7 +7,22 @@ from icrlhf.generation import services
 from icrlhf.integrations.llm import TransientLLMError
 
 
-@shared_task(name="generation.prepare")
+class PrepareTask(Task):  # type: ignore[misc]
+    """Fails the generation when preparing it fails, so the item does not stay generating."""
+
+    def on_failure(
+        self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+    ) -> None:
+        generation_id = kwargs.get("generation_id", args[0] if args else None)
+        if generation_id is not None:
+            services.generation_fail(
+                generation_id=generation_id,
+                message="Not generated: preparing the prompt failed because of an internal "
+                "error; it was logged.",
+            )
+
+
+@shared_task(name="generation.prepare", base=PrepareTask)
 def generation_prepare(generation_id: int) -> None:
     services.generation_prepare(generation_id=generation_id)
 

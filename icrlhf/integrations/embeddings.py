@@ -49,6 +49,7 @@ def _model() -> "TextEmbedding":
 
 
 def embed_texts(texts: Sequence[str]) -> list[list[float]]:
+    model_id()  # Vectors are only made by a known, complete model folder.
     with _load_lock:
         model = _model()
     return [vector.tolist() for vector in model.embed(list(texts), batch_size=_BATCH_SIZE)]

@@ -36,7 +36,9 @@ def decision_record(
     exactly one wins; the other gets DecisionConflict and nothing of it is written.
     """
     item = Item.objects.select_related("queue").get(pk=item_id)
-    generation = item.generations.latest()
+    generation = item.generations.order_by("-created_at").first()
+    if generation is None:
+        raise DecisionConflict("This item has no candidates to decide on yet.")
     chosen = _candidate_for(verdict=verdict, candidate_id=candidate_id, generation=generation)
     if verdict == Decision.Verdict.EDITED:
         assert chosen is not None

@@ -169,3 +169,43 @@ def test_some_failures_still_leave_the_item_reviewable(generation: Generation) -
     generation.refresh_from_db()
     assert generation.status == Generation.Status.DONE
     assert Item.objects.get(pk=generation.item_id).status == Item.Status.READY
+
+
+def test_a_generation_that_cannot_be_prepared_fails_its_item(
+    generation: Generation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fresh = item_create(
+        queue=generation.item.queue, input_text="Another question", created_by=None
+    ).generations.get()
+    result = tasks.generation_prepare.apply(kwargs={"generation_id": fresh.pk + 10_000})
+    assert result.successful()  # an unknown id is ignored quietly
+
+    def broken_retrieval(**_: Any) -> list[Any]:
+        raise RuntimeError("bug in retrieval")
+
+    monkeypatch.setattr(services.memory_selectors, "examples_retrieve", broken_retrieval)
+    assert tasks.generation_prepare.apply(args=[fresh.pk]).failed()
+    fresh.refresh_from_db()
+    assert fresh.status == Generation.Status.FAILED
+    assert {c.status for c in fresh.candidates.all()} == {Candidate.Status.FAILED}
+    assert all("preparing the prompt failed" in c.error for c in fresh.candidates.all())
+    assert Item.objects.get(pk=fresh.item_id).status == Item.Status.FAILED
+
+
+def test_without_an_embedding_model_generation_goes_on_without_memory(
+    generation: Generation, settings: LazySettings, tmp_path: Path
+) -> None:
+    from icrlhf.integrations import embeddings
+
+    settings.EMBEDDING_MODEL_DIR = tmp_path / "missing"
+    embeddings.model_id.cache_clear()
+    try:
+        fresh = item_create(
+            queue=generation.item.queue, input_text="Another question", created_by=None
+        ).generations.get()
+        services.generation_prepare(generation_id=fresh.pk)
+    finally:
+        embeddings.model_id.cache_clear()
+    fresh.refresh_from_db()
+    assert fresh.status == Generation.Status.RUNNING
+    assert fresh.retrieval_error == "Memory was unavailable, so no examples were retrieved."
