@@ -225,3 +225,9 @@ LOCAL_LLM_MODEL_PATH = Path(
 
 # Datasets for the demo and the benchmarks (../shared/data beside the checkout).
 SHARED_DATA_DIR = Path(env_str("SHARED_DATA_DIR", str(BASE_DIR.parent / "shared" / "data")))
+
+# --- Review -----------------------------------------------------------------------------------
+# A claimed item is held for this long, renewed while its page is open.
+REVIEW_CLAIM_TTL_S = env_int("REVIEW_CLAIM_TTL_S", 600)
+# How long after a decision its reviewer may undo it.
+REVIEW_UNDO_WINDOW_S = env_int("REVIEW_UNDO_WINDOW_S", 30)

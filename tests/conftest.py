@@ -50,8 +50,9 @@ def logged_in(user: Any) -> Client:
 
 
 @pytest.fixture
-def queue(db: None) -> Any:
-    return QueueFactory()
+def queue(db: None, user: Any) -> Any:
+    """A queue the `user` fixture reviews."""
+    return QueueFactory(members=[user])
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -45,6 +46,41 @@ def generation_start(*, item: Item, n_candidates: int) -> Generation:
     )
     transaction.on_commit(lambda: tasks.generation_prepare.delay(generation.pk))
     return generation
+
+
+@transaction.atomic
+def candidate_retry(*, candidate_id: int) -> None:
+    """Try a failed candidate again; its item shows it when it arrives."""
+    candidate = Candidate.objects.select_related("generation").get(pk=candidate_id)
+    retried = Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.FAILED).update(
+        status=Candidate.Status.PENDING, error="", attempts=0, finished_at=None
+    )
+    if not retried:
+        raise ValidationError("Only a failed candidate can be retried.")
+    Generation.objects.filter(pk=candidate.generation_id).update(
+        status=Generation.Status.RUNNING, finished_at=None
+    )
+    Item.objects.filter(pk=candidate.generation.item_id, status=Item.Status.FAILED).update(
+        status=Item.Status.GENERATING
+    )
+    transaction.on_commit(lambda: tasks.candidate_generate.delay(candidate_id))
+
+
+@transaction.atomic
+def generation_regenerate(*, item_id: int) -> Generation:
+    """A fresh set of candidates for an undecided item (the old ones stay on record)."""
+    item = Item.objects.select_for_update().select_related("queue").get(pk=item_id)
+    if item.status not in {Item.Status.READY, Item.Status.FAILED}:
+        raise ValidationError(
+            f"An item that is {item.get_status_display().lower()} cannot be regenerated."
+        )
+    if item.decisions.filter(superseded_at__isnull=True).exists():
+        raise ValidationError("This item already has a decision; it cannot be regenerated.")
+    item.status = Item.Status.GENERATING
+    item.save(update_fields=["status", "updated_at"])
+    previous = item.generations.order_by("-created_at").first()
+    count = previous.n_candidates if previous else item.queue.n_candidates
+    return generation_start(item=item, n_candidates=count)
 
 
 def generation_prepare(*, generation_id: int) -> list[int]:

@@ -4,5 +4,6 @@ from icrlhf.generation import views
 
 app_name = "generation"
 urlpatterns = [
-    path("items/<int:item_id>/", views.item_detail, name="item"),
+    path("candidates/<int:candidate_id>/retry/", views.candidate_retry, name="retry"),
+    path("items/<int:item_id>/regenerate/", views.item_regenerate, name="regenerate"),
 ]

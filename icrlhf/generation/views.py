@@ -1,36 +1,39 @@
-import time
-from typing import Any
-
+from django.contrib import messages
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
-from django_htmx.http import HttpResponseStopPolling
-from django_htmx.middleware import HtmxDetails
+from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_POST
 
-from icrlhf.generation import selectors
+from icrlhf.generation import services
+from icrlhf.generation.models import Candidate
+from icrlhf.queues.access import queue_for_member, review_check
 from icrlhf.queues.models import Item
-from icrlhf.review.selectors import decision_latest
 
 
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
+@require_POST
+def candidate_retry(request: HttpRequest, candidate_id: int) -> HttpResponse:
+    candidate = get_object_or_404(
+        Candidate.objects.select_related("generation__item__queue"), pk=candidate_id
+    )
+    item = candidate.generation.item
+    review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
+    try:
+        services.candidate_retry(candidate_id=candidate.pk)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.info(request, f"Retrying candidate {candidate.label}.")
+    return redirect("review:item", item_id=item.pk)
 
 
-def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
-    """The item page; for htmx polls, only its candidates partial (polling stops when done)."""
-    item = get_object_or_404(Item.objects.select_related("queue"), pk=item_id)
-    generation = selectors.generation_latest(item=item)
-    context: dict[str, Any] = {
-        "item": item,
-        "generation": generation,
-        "candidates": selectors.generation_candidates(generation=generation) if generation else [],
-        "progress": selectors.generation_progress(generation=generation) if generation else None,
-        "retrievals": selectors.generation_retrievals(generation=generation) if generation else [],
-        "decision": decision_latest(item=item),
-        "shown_at_ms": int(time.time() * 1000),
-    }
-    if not request.htmx:
-        return render(request, "generation/item.html", context)
-    response = render(request, "generation/item.html#live", context)
-    if generation is None or generation.is_finished:
-        return HttpResponseStopPolling(response.content)
-    return response
+@require_POST
+def item_regenerate(request: HttpRequest, item_id: int) -> HttpResponse:
+    item = get_object_or_404(Item, pk=item_id)
+    review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
+    try:
+        services.generation_regenerate(item_id=item.pk)
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.info(request, "Generating a new set of candidates.")
+    return redirect("review:item", item_id=item.pk)

@@ -66,6 +66,25 @@ def examples_record(*, decision: Decision) -> list[Example]:
     return examples
 
 
+def examples_withdraw(*, decision: Decision) -> None:
+    """An undone decision's examples leave the memory: retired, and their points deleted."""
+    example_ids = [str(pk) for pk in decision.examples.values_list("pk", flat=True)]
+    decision.examples.update(status=Example.Status.RETIRED)
+    transaction.on_commit(lambda: tasks.examples_unindex.delay(example_ids))
+
+
+def examples_unindex(*, example_ids: Sequence[UUID | str]) -> None:
+    rows = Example.objects.filter(pk__in=list(example_ids)).select_related("queue")
+    by_collection: dict[str, list[UUID]] = defaultdict(list)
+    for example in rows:
+        by_collection[vectors.collection_name(example.queue.slug)].append(example.pk)
+    for collection, ids in by_collection.items():
+        vectors.delete(collection=collection, ids=ids)
+    Example.objects.filter(pk__in=list(example_ids)).update(
+        index_state=Example.IndexState.PENDING, indexed_at=None
+    )
+
+
 def retrievals_record(*, generation: Generation, retrieved: Sequence[RetrievedExample]) -> None:
     Retrieval.objects.bulk_create(
         Retrieval(generation=generation, example=r.example, score=r.score, rank=r.rank)
@@ -130,6 +149,7 @@ def examples_unindexed(*, limit: int = 500) -> list[str]:
             Q(index_state=Example.IndexState.FAILED)
             | Q(index_state=Example.IndexState.PENDING, created_at__lt=cutoff)
         )
+        .exclude(status=Example.Status.RETIRED)
         .order_by("created_at")
         .values_list("pk", flat=True)[:limit]
     ]

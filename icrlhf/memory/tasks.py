@@ -18,6 +18,18 @@ def examples_index(example_ids: list[str]) -> None:
     services.examples_index(example_ids=example_ids)
 
 
+@shared_task(
+    name="memory.examples_unindex",
+    autoretry_for=(VectorStoreUnavailable,),
+    max_retries=5,
+    retry_backoff=2,
+    retry_backoff_max=60,
+    retry_jitter=True,
+)
+def examples_unindex(example_ids: list[str]) -> None:
+    services.examples_unindex(example_ids=example_ids)
+
+
 @shared_task(name="memory.examples_sweep")
 def examples_sweep() -> None:
     """Periodic: re-enqueue whatever the index task has not stored (after an outage, a crash)."""

@@ -74,8 +74,10 @@ def demo_queue_ensure(*, data_dir: Path) -> tuple[Queue, int]:
             "n_candidates": 4,
             "k_examples": 5,
             "max_tokens": 120,
+            "reason_tags": ["wrong facts", "not helpful", "too long", "unsafe"],
         },
     )
+    queue.members.add(get_user_model().objects.get(username=DEMO_USERNAME))
     if not created:
         return queue, 0
     csv_path = data_dir / "banking77" / "test.csv"

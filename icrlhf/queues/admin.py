@@ -1,4 +1,7 @@
+from typing import Any
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from icrlhf.queues.models import Item, Queue
 
@@ -8,6 +11,14 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["name", "slug", "kind", "n_candidates", "k_examples", "model"]
     prepopulated_fields = {"slug": ["name"]}
     search_fields = ["name", "slug"]
+    filter_horizontal = ["members"]
+    readonly_fields = ["guidelines_version"]
+
+    def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
+        # Decisions record the guideline version they were made under: any edit is a new one.
+        if change and "guidelines" in form.changed_data:
+            obj.guidelines_version += 1
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(Item)

@@ -47,7 +47,20 @@ class Queue(models.Model):
         default=1500, help_text="Retrieved examples are added whole until this budget is reached."
     )
     reviewers_per_item = models.PositiveSmallIntegerField(
-        default=1, validators=[MinValueValidator(1), MaxValueValidator(5)]
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(5)],
+        help_text="Above 1, each reviewer decides independently and agreement is recorded.",
+    )
+    reason_tags = models.JSONField(
+        default=list,
+        blank=True,
+        help_text='Reasons a reviewer can tick, e.g. ["wrong facts", "too long", "rude"].',
+    )
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="queues",
+        help_text="Who may see and review this queue (superusers see every queue).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -95,6 +108,11 @@ class Item(models.Model):
     sla_due_at = models.DateTimeField(null=True, blank=True)
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.UI)
     external_id = models.CharField(max_length=200, blank=True)
+    agreement = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="With several reviewers: the share of reviewer pairs that gave the same verdict.",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )

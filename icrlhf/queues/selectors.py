@@ -3,8 +3,8 @@ from django.db.models import Count, Q, QuerySet
 from icrlhf.queues.models import Item, Queue
 
 
-def queues_with_counts() -> QuerySet[Queue]:
-    return Queue.objects.annotate(
+def queues_with_counts(*, queues: QuerySet[Queue]) -> QuerySet[Queue]:
+    return queues.annotate(
         items_total=Count("items"),
         items_ready=Count("items", filter=Q(items__status=Item.Status.READY)),
         items_generating=Count("items", filter=Q(items__status=Item.Status.GENERATING)),

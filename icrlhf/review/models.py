@@ -33,6 +33,8 @@ class Decision(models.Model):
     guideline_version = models.PositiveIntegerField()
     time_to_decide_ms = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set by an undo: the decision stays on record, its examples leave the memory.
+    superseded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -42,7 +44,38 @@ class Decision(models.Model):
                 | (~models.Q(verdict="none_acceptable") & models.Q(chosen_candidate__isnull=False)),
                 name="decision_candidate_matches_verdict",
             ),
+            # One standing decision per reviewer and item; undone ones stay on record.
+            models.UniqueConstraint(
+                fields=["item", "reviewer"],
+                condition=models.Q(superseded_at__isnull=True),
+                name="decision_one_standing_per_reviewer",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.get_verdict_display()} on item {self.item_id}"
+
+
+class Claim(models.Model):
+    """A reviewer's hold on an item, with an expiry: a lock with a TTL.
+
+    One row per reviewer and item. It is active while `expires_at` is in the future; releasing
+    it sets `expires_at` to now. A skip releases it and keeps the item out of that reviewer's
+    "next item" for good."""
+
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="claims")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="claims"
+    )
+    expires_at = models.DateTimeField()
+    skipped = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["item", "reviewer"], name="claim_one_per_reviewer"),
+        ]
+        indexes = [models.Index(fields=["item", "expires_at"])]
+
+    def __str__(self) -> str:
+        return f"Claim of item {self.item_id} by {self.reviewer_id} until {self.expires_at}"

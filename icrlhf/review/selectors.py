@@ -1,10 +1,47 @@
-from icrlhf.queues.models import Item
-from icrlhf.review.models import Decision
+import statistics
+from dataclasses import dataclass
+
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from icrlhf.queues.models import Item, Queue
+from icrlhf.review.models import Claim, Decision
+
+_MEDIAN_WINDOW = 200
 
 
-def decision_latest(*, item: Item) -> Decision | None:
+@dataclass(frozen=True)
+class ReviewProgress:
+    decided_today: int
+    backlog: int
+    median_seconds: float | None
+
+
+def decisions_standing(*, item: Item) -> QuerySet[Decision]:
     return (
-        item.decisions.select_related("reviewer", "chosen_candidate")
+        item.decisions.filter(superseded_at__isnull=True)
+        .select_related("reviewer", "chosen_candidate")
+        .order_by("created_at")
+    )
+
+
+def claims_active(*, item: Item) -> QuerySet[Claim]:
+    return item.claims.filter(expires_at__gt=timezone.now()).select_related("reviewer")
+
+
+def review_progress(*, queue: Queue, reviewer: User) -> ReviewProgress:
+    midnight = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    decisions = Decision.objects.filter(item__queue=queue, superseded_at__isnull=True)
+    times = [
+        ms
+        for ms in decisions.exclude(time_to_decide_ms=None)
         .order_by("-created_at")
-        .first()
+        .values_list("time_to_decide_ms", flat=True)[:_MEDIAN_WINDOW]
+        if ms is not None
+    ]
+    return ReviewProgress(
+        decided_today=decisions.filter(reviewer=reviewer, created_at__gte=midnight).count(),
+        backlog=queue.items.filter(status=Item.Status.READY).count(),
+        median_seconds=statistics.median(times) / 1000 if times else None,
     )

@@ -1,21 +1,105 @@
 from collections.abc import Sequence
+from datetime import datetime, timedelta
+from itertools import combinations
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory import services as memory_services
-from icrlhf.queues.models import Item
-from icrlhf.review.models import Decision
+from icrlhf.queues.models import Item, Queue
+from icrlhf.review.models import Claim, Decision
 
 MAX_COMMENT_CHARS = 5_000
+# How many of the oldest open items "next item" tries before saying the queue is empty.
+_NEXT_ITEM_WINDOW = 50
 
 
 class DecisionConflict(Exception):
-    """The item cannot take this decision any more (already decided, or not ready)."""
+    """The item cannot take this decision (already decided, claimed by someone else…)."""
+
+
+def _claim_ttl() -> timedelta:
+    return timedelta(seconds=settings.REVIEW_CLAIM_TTL_S)
+
+
+def _lock_item(item_id: int) -> Item:
+    """Serializes claims and decisions on one item (a no-op on SQLite, whose write
+    transactions are serialized already)."""
+    return Item.objects.select_for_update().select_related("queue").get(pk=item_id)
+
+
+def _standing_decisions(item: Item) -> QuerySet[Decision]:
+    return item.decisions.filter(superseded_at__isnull=True)
+
+
+def _free_slots(item: Item, reviewer: User, now: datetime) -> int:
+    """Reviewers the item can still take, not counting this reviewer's own claim."""
+    decided = _standing_decisions(item).count()
+    held_by_others = item.claims.filter(expires_at__gt=now).exclude(reviewer=reviewer).count()
+    return item.queue.reviewers_per_item - decided - held_by_others
+
+
+@transaction.atomic
+def claim_take(*, item_id: int, reviewer: User) -> datetime | None:
+    """Claim (or renew the claim on) an item; returns the expiry, or None when it is not
+    open to this reviewer (not ready, decided by them, or held by enough others)."""
+    item = _lock_item(item_id)
+    now = timezone.now()
+    if item.status != Item.Status.READY:
+        return None
+    if _standing_decisions(item).filter(reviewer=reviewer).exists():
+        return None
+    if _free_slots(item, reviewer, now) <= 0:
+        return None
+    expires_at = now + _claim_ttl()
+    Claim.objects.update_or_create(
+        item=item, reviewer=reviewer, defaults={"expires_at": expires_at, "skipped": False}
+    )
+    return expires_at
+
+
+def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
+    """The reviewer's open claim in this queue, else the oldest item they can claim."""
+    now = timezone.now()
+    held = (
+        Item.objects.filter(
+            queue=queue,
+            status=Item.Status.READY,
+            claims__reviewer=reviewer,
+            claims__expires_at__gt=now,
+        )
+        .order_by("created_at")
+        .first()
+    )
+    if held is not None:
+        return held
+    open_items = (
+        Item.objects.filter(queue=queue, status=Item.Status.READY)
+        .exclude(claims__reviewer=reviewer, claims__skipped=True)
+        .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:_NEXT_ITEM_WINDOW]
+    )
+    for item_id in open_items:
+        if claim_take(item_id=item_id, reviewer=reviewer) is not None:
+            return Item.objects.get(pk=item_id)
+    return None
+
+
+def claim_release(*, item_id: int, reviewer: User, skipped: bool = False) -> None:
+    """Let go of an item; a skip also keeps it out of this reviewer's "next item"."""
+    now = timezone.now()
+    if skipped:
+        Claim.objects.update_or_create(
+            item_id=item_id, reviewer=reviewer, defaults={"expires_at": now, "skipped": True}
+        )
+    else:
+        Claim.objects.filter(item_id=item_id, reviewer=reviewer).update(expires_at=now)
 
 
 @transaction.atomic
@@ -30,18 +114,109 @@ def decision_record(
     comment: str = "",
     time_to_decide_ms: int | None = None,
 ) -> Decision:
-    """Record a verdict on the item's latest generation, with its rewarded examples.
+    """Record a reviewer's verdict on the item's latest generation, with its examples.
 
-    The item moves ready → decided with a conditional UPDATE, so of two concurrent decisions
-    exactly one wins; the other gets DecisionConflict and nothing of it is written.
+    Item and claims are read under a row lock, so of concurrent decisions only as many as the
+    queue's reviewers per item win; the others get DecisionConflict and nothing is written.
     """
-    item = Item.objects.select_related("queue").get(pk=item_id)
+    item = _lock_item(item_id)
+    now = timezone.now()
     generation = item.generations.order_by("-created_at").first()
     if generation is None:
         raise DecisionConflict("This item has no candidates to decide on yet.")
+    if item.status != Item.Status.READY:
+        if item.status == Item.Status.DECIDED:
+            raise DecisionConflict("This item has already been decided; your choice was not saved.")
+        raise DecisionConflict(
+            f"This item is {item.get_status_display().lower()}, so it cannot be decided now."
+        )
+    if _standing_decisions(item).filter(reviewer=reviewer).exists():
+        raise DecisionConflict("You have already decided this item; your choice was not saved.")
+    holds_claim = item.claims.filter(reviewer=reviewer, expires_at__gt=now).exists()
+    if not holds_claim and _free_slots(item, reviewer, now) <= 0:
+        raise DecisionConflict(
+            "Another reviewer is working on this item; your choice was not saved."
+        )
+
     chosen = _candidate_for(verdict=verdict, candidate_id=candidate_id, generation=generation)
+    verdict, final_text = _final_text(verdict=verdict, chosen=chosen, final_text=final_text)
+    if len(comment) > MAX_COMMENT_CHARS:
+        raise ValidationError(f"The comment is longer than {MAX_COMMENT_CHARS:,} characters.")
+    allowed_tags = set(item.queue.reason_tags)
+    unknown = [tag for tag in reason_tags if tag not in allowed_tags]
+    if unknown:
+        raise ValidationError(f"Unknown reason: {', '.join(unknown)}.")
+
+    try:
+        with transaction.atomic():
+            decision = Decision.objects.create(
+                item=item,
+                generation=generation,
+                reviewer=reviewer,
+                verdict=verdict,
+                chosen_candidate=chosen,
+                final_text=final_text,
+                reason_tags=list(dict.fromkeys(reason_tags)),
+                comment=comment.strip(),
+                guideline_version=item.queue.guidelines_version,
+                time_to_decide_ms=time_to_decide_ms,
+            )
+    except IntegrityError as error:  # the same reviewer, twice at once
+        raise DecisionConflict(
+            "You have already decided this item; your choice was not saved."
+        ) from error
+    memory_services.examples_record(decision=decision)
+    Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
+    _item_settle(item)
+    return decision
+
+
+def _item_settle(item: Item) -> None:
+    """Decided once every reviewer the queue asks for has decided; agreement recorded."""
+    standing = list(_standing_decisions(item))
+    complete = len(standing) >= item.queue.reviewers_per_item
+    Item.objects.filter(pk=item.pk).update(
+        status=Item.Status.DECIDED if complete else Item.Status.READY,
+        agreement=agreement_of(standing) if len(standing) > 1 else None,
+        updated_at=timezone.now(),
+    )
+
+
+def agreement_of(decisions: Sequence[Decision]) -> float:
+    """Share of reviewer pairs that preferred the same candidate (or none)."""
+    pairs = list(combinations([d.chosen_candidate_id for d in decisions], 2))
+    return sum(a == b for a, b in pairs) / len(pairs)
+
+
+@transaction.atomic
+def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
+    """Take back a decision within the undo window: it is superseded (kept on record), its
+    examples leave the memory, the item is open again and claimed back for the reviewer."""
+    try:
+        decision = Decision.objects.select_for_update().get(
+            pk=decision_id, reviewer=reviewer, superseded_at__isnull=True
+        )
+    except Decision.DoesNotExist as error:
+        raise DecisionConflict("There is no decision of yours to undo.") from error
+    now = timezone.now()
+    if now - decision.created_at > timedelta(seconds=settings.REVIEW_UNDO_WINDOW_S):
+        raise DecisionConflict("The undo window has passed; the decision stands.")
+    decision.superseded_at = now
+    decision.save(update_fields=["superseded_at"])
+    memory_services.examples_withdraw(decision=decision)
+    item = _lock_item(decision.item_id)
+    _item_settle(item)
+    Claim.objects.update_or_create(
+        item=item, reviewer=reviewer, defaults={"expires_at": now + _claim_ttl(), "skipped": False}
+    )
+    return decision
+
+
+def _final_text(*, verdict: str, chosen: Candidate | None, final_text: str) -> tuple[str, str]:
+    if verdict == Decision.Verdict.NONE_ACCEPTABLE:
+        return verdict, ""
+    assert chosen is not None
     if verdict == Decision.Verdict.EDITED:
-        assert chosen is not None
         final_text = final_text.strip()
         if not final_text:
             raise ValidationError("The edited answer is empty. Write the answer, or pick one.")
@@ -49,40 +224,9 @@ def decision_record(
             raise ValidationError(
                 f"The edited answer is longer than {settings.ITEM_INPUT_MAX_CHARS:,} characters."
             )
-        if final_text == chosen.text.strip():
-            verdict = Decision.Verdict.CHOSEN  # Nothing was changed: it is a pick.
-    if verdict == Decision.Verdict.CHOSEN:
-        assert chosen is not None
-        final_text = chosen.text
-    if verdict == Decision.Verdict.NONE_ACCEPTABLE:
-        final_text = ""
-    if len(comment) > MAX_COMMENT_CHARS:
-        raise ValidationError(f"The comment is longer than {MAX_COMMENT_CHARS:,} characters.")
-
-    moved = Item.objects.filter(pk=item_id, status=Item.Status.READY).update(
-        status=Item.Status.DECIDED, updated_at=timezone.now()
-    )
-    if not moved:
-        item.refresh_from_db(fields=["status"])
-        if item.status == Item.Status.DECIDED:
-            raise DecisionConflict("This item has already been decided; your choice was not saved.")
-        raise DecisionConflict(
-            f"This item is {item.get_status_display().lower()}, so it cannot be decided now."
-        )
-    decision = Decision.objects.create(
-        item=item,
-        generation=generation,
-        reviewer=reviewer,
-        verdict=verdict,
-        chosen_candidate=chosen,
-        final_text=final_text,
-        reason_tags=list(reason_tags),
-        comment=comment.strip(),
-        guideline_version=item.queue.guidelines_version,
-        time_to_decide_ms=time_to_decide_ms,
-    )
-    memory_services.examples_record(decision=decision)
-    return decision
+        if final_text != chosen.text.strip():
+            return verdict, final_text
+    return Decision.Verdict.CHOSEN, chosen.text  # an unchanged edit is a pick
 
 
 def _candidate_for(

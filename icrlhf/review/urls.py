@@ -4,5 +4,11 @@ from icrlhf.review import views
 
 app_name = "review"
 urlpatterns = [
+    path("q/<slug:slug>/review/", views.queue_review, name="queue"),
+    path("q/<slug:slug>/review/next/", views.next_item, name="next"),
+    path("items/<int:item_id>/", views.item_detail, name="item"),
+    path("items/<int:item_id>/claim/", views.claim_renew, name="claim"),
     path("items/<int:item_id>/decide/", views.decide, name="decide"),
+    path("items/<int:item_id>/skip/", views.skip, name="skip"),
+    path("decisions/<int:decision_id>/undo/", views.undo, name="undo"),
 ]

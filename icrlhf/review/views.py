@@ -1,45 +1,199 @@
 import time
+from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseStopPolling
+from django_htmx.middleware import HtmxDetails
 
-from icrlhf.queues.models import Item
+from icrlhf.generation import selectors as generation_selectors
+from icrlhf.queues.access import can_review, queue_for_member, review_check
+from icrlhf.queues.models import Item, Queue
+from icrlhf.review import selectors, services
 from icrlhf.review.forms import DecisionForm
-from icrlhf.review.services import DecisionConflict, decision_record
+from icrlhf.review.models import Decision
 
 # A decision said to take longer than a day comes from a stale page: its time is not recorded.
 _MAX_DECIDE_MS = 24 * 3600 * 1000
+_UNDO_SESSION_KEY = "review_undo_decision"
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+    user: User
+
+
+def _item_for(request: HttpRequest, item_id: int) -> Item:
+    item = get_object_or_404(Item.objects.select_related("queue"), pk=item_id)
+    queue_for_member(request.user, pk=item.queue_id)
+    return item
+
+
+def _go_to_next(request: HtmxHttpRequest, queue: Queue) -> HttpResponse:
+    item = services.claim_next(queue=queue, reviewer=request.user)
+    if item is None:
+        messages.info(request, "Nothing left to review in this queue. Well done.")
+        return redirect("review:queue", slug=queue.slug)
+    return redirect("review:item", item_id=item.pk)
+
+
+def queue_review(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    queue = queue_for_member(request.user, slug=slug)
+    review_check(request.user, queue)
+    progress = selectors.review_progress(queue=queue, reviewer=request.user)
+    return render(request, "review/queue.html", {"queue": queue, "progress": progress})
 
 
 @require_POST
-def decide(request: HttpRequest, item_id: int) -> HttpResponse:
-    item = get_object_or_404(Item, pk=item_id)
+def next_item(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    queue = queue_for_member(request.user, slug=slug)
+    review_check(request.user, queue)
+    return _go_to_next(request, queue)
+
+
+def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    """The workbench for one item; for htmx polls only its live part (polling stops when
+    the generation is done). Opening an open item claims it for a reviewer."""
+    item = _item_for(request, item_id)
+    reviewer = can_review(request.user, item.queue)
+    generation = generation_selectors.generation_latest(item=item)
+    decisions = list(selectors.decisions_standing(item=item))
+    mine = next((d for d in decisions if d.reviewer_id == request.user.pk), None)
+    claims = list(selectors.claims_active(item=item))
+    my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
+    if reviewer and item.status == Item.Status.READY and mine is None and my_claim is None:
+        if services.claim_take(item_id=item.pk, reviewer=request.user):
+            claims = list(selectors.claims_active(item=item))
+            my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
+    context: dict[str, Any] = {
+        "item": item,
+        "queue": item.queue,
+        "generation": generation,
+        "candidates": (
+            generation_selectors.generation_candidates(generation=generation) if generation else []
+        ),
+        "progress": (
+            generation_selectors.generation_progress(generation=generation) if generation else None
+        ),
+        "retrievals": (
+            generation_selectors.generation_retrievals(generation=generation) if generation else []
+        ),
+        "decisions": decisions,
+        "my_decision": mine,
+        "my_claim": my_claim,
+        "other_claims": [c for c in claims if c.reviewer_id != request.user.pk],
+        # Controls appear once every candidate has settled, so polling never replaces a
+        # form the reviewer is typing in.
+        "can_decide": reviewer
+        and item.status == Item.Status.READY
+        and mine is None
+        and my_claim is not None
+        and generation is not None
+        and generation.is_finished,
+        "can_regenerate": reviewer
+        and item.status in {Item.Status.READY, Item.Status.FAILED}
+        and not decisions,
+        "shown_at_ms": int(time.time() * 1000),
+        "undo": _undo_offer(request),
+        "claim_renew_ms": max(5, settings.REVIEW_CLAIM_TTL_S // 3) * 1000,
+    }
+    if not request.htmx:
+        if reviewer:
+            context["review_progress"] = selectors.review_progress(
+                queue=item.queue, reviewer=request.user
+            )
+        return render(request, "review/item.html", context)
+    response = render(request, "review/item.html#live", context)
+    if generation is None or generation.is_finished:
+        return HttpResponseStopPolling(response.content)
+    return response
+
+
+def _undo_offer(request: HtmxHttpRequest) -> Decision | None:
+    decision_id = request.session.get(_UNDO_SESSION_KEY)
+    if decision_id is None:
+        return None
+    decision = Decision.objects.filter(
+        pk=decision_id, reviewer=request.user, superseded_at__isnull=True
+    ).first()
+    window = settings.REVIEW_UNDO_WINDOW_S
+    if decision is None or (timezone.now() - decision.created_at).total_seconds() > window:
+        request.session.pop(_UNDO_SESSION_KEY, None)
+        return None
+    return decision
+
+
+@require_POST
+def claim_renew(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    item = _item_for(request, item_id)
+    review_check(request.user, item.queue)
+    expires_at = services.claim_take(item_id=item.pk, reviewer=request.user)
+    return render(request, "review/_claim.html", {"expires_at": expires_at, "item": item})
+
+
+@require_POST
+def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    item = _item_for(request, item_id)
+    review_check(request.user, item.queue)
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "The decision was incomplete; nothing was saved. Try again.")
-        return redirect("generation:item", item_id=item.pk)
+        messages.error(request, "Choose a candidate or “none acceptable”; nothing was saved.")
+        return redirect("review:item", item_id=item.pk)
     data = form.cleaned_data
+    verdict, candidate_id = data["verdict"], data["candidate_id"]
+    final_text = ""
+    if candidate_id is not None:
+        final_text = request.POST.get(f"final_text_{candidate_id}", "")
+        verdict = "edited" if final_text.strip() else verdict
     elapsed_ms = None
     if data["shown_at_ms"]:
         elapsed_ms = int(time.time() * 1000) - data["shown_at_ms"]
         elapsed_ms = elapsed_ms if 0 <= elapsed_ms <= _MAX_DECIDE_MS else None
     try:
-        decision = decision_record(
+        decision = services.decision_record(
             item_id=item.pk,
-            reviewer=request.user,  # type: ignore[arg-type]
-            verdict=data["verdict"],
-            candidate_id=data["candidate"],
-            final_text=data["final_text"],
+            reviewer=request.user,
+            verdict=verdict,
+            candidate_id=candidate_id,
+            final_text=final_text,
+            reason_tags=request.POST.getlist("reason_tags"),
             comment=data["comment"],
             time_to_decide_ms=elapsed_ms,
         )
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
-    except DecisionConflict as error:
+        return redirect("review:item", item_id=item.pk)
+    except services.DecisionConflict as error:
         messages.warning(request, str(error))
-    else:
-        messages.success(request, f"Saved: {decision.get_verdict_display().lower()}.")
-    return redirect("generation:item", item_id=item.pk)
+        return redirect("review:item", item_id=item.pk)
+    request.session[_UNDO_SESSION_KEY] = decision.pk
+    messages.success(request, f"Saved item {item.pk}: {decision.get_verdict_display().lower()}.")
+    return _go_to_next(request, item.queue)
+
+
+@require_POST
+def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
+    try:
+        decision = services.decision_undo(decision_id=decision_id, reviewer=request.user)
+    except services.DecisionConflict as error:
+        messages.warning(request, str(error))
+        return redirect(request.POST.get("back") or reverse("queues:list"))
+    request.session.pop(_UNDO_SESSION_KEY, None)
+    messages.success(request, f"Undone: item {decision.item_id} is yours to decide again.")
+    return redirect("review:item", item_id=decision.item_id)
+
+
+@require_POST
+def skip(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    item = _item_for(request, item_id)
+    review_check(request.user, item.queue)
+    services.claim_release(item_id=item.pk, reviewer=request.user, skipped=True)
+    messages.info(request, f"Skipped item {item.pk}.")
+    return _go_to_next(request, item.queue)

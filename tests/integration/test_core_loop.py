@@ -103,8 +103,8 @@ def test_rejected_answers_are_never_retrieved_as_preferred(worker_process: Worke
 def test_candidates_arrive_in_the_browser_flow(
     worker_process: WorkerProcess, client: Client
 ) -> None:
-    queue = QueueFactory(n_candidates=3)
     user = UserFactory()
+    queue = QueueFactory(n_candidates=3, members=[user])
     client.force_login(user)
 
     response = client.post(
@@ -124,7 +124,7 @@ def test_candidates_arrive_in_the_browser_flow(
 
     candidate = generation.candidates.first()
     assert candidate is not None
-    client.post(f"/items/{item.pk}/decide/", {"verdict": "chosen", "candidate": candidate.pk})
+    client.post(f"/items/{item.pk}/decide/", {"choice": f"c{candidate.pk}"})
     page = client.get(f"/items/{item.pk}/").content.decode()
-    assert "Chosen</strong> by" in page
+    assert f"<strong>Chosen</strong> (candidate {candidate.label}) by {user.username}" in page
     assert Example.objects.filter(decision__item=item, role="preferred").count() == 1

@@ -164,19 +164,18 @@ def test_an_item_still_generating_cannot_be_decided(queue: Any, user: Any) -> No
 
 def test_the_decide_view_saves_and_reports(logged_in: Client, item_with_candidates: Any) -> None:
     item, candidates = item_with_candidates
+    cid = candidates[1].pk
     response = logged_in.post(
         f"/items/{item.pk}/decide/",
-        {"verdict": "edited", "candidate": candidates[1].pk, "final_text": "better"},
+        {"choice": f"c{cid}", f"final_text_{cid}": "better"},
         follow=True,
     )
     page = response.content.decode()
-    assert "Saved: edited." in page
+    assert f"Saved item {item.pk}: edited." in page
     assert Decision.objects.get().final_text == "better"
 
     again = logged_in.post(
-        f"/items/{item.pk}/decide/",
-        {"verdict": "chosen", "candidate": candidates[0].pk},
-        follow=True,
+        f"/items/{item.pk}/decide/", {"choice": f"c{candidates[0].pk}"}, follow=True
     )
     assert "already been decided" in again.content.decode()
     assert Decision.objects.count() == 1
@@ -187,8 +186,6 @@ def test_the_decide_view_requires_post_and_csrf(item_with_candidates: Any, user:
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
     assert client.get(f"/items/{item.pk}/decide/").status_code == 405
-    response = client.post(
-        f"/items/{item.pk}/decide/", {"verdict": "chosen", "candidate": candidates[0].pk}
-    )
+    response = client.post(f"/items/{item.pk}/decide/", {"choice": f"c{candidates[0].pk}"})
     assert response.status_code == 403
     assert not Decision.objects.exists()

@@ -1,0 +1,20 @@
+from django.apps.registry import Apps
+from django.db import migrations
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+
+ROLES = ("reviewer", "curator", "admin")
+
+
+def create_roles(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    group_model = apps.get_model("auth", "Group")
+    for name in ROLES:
+        group_model.objects.get_or_create(name=name)
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("queues", "0001_initial"),
+        ("auth", "0012_alter_user_first_name_max_length"),
+    ]
+
+    operations = [migrations.RunPython(create_roles, migrations.RunPython.noop)]

@@ -1,0 +1,171 @@
+// Review workbench: keyboard shortcuts, the edit diff, and drafts that survive a reload.
+// No inline script anywhere: the page passes what it needs in data- attributes.
+(function () {
+  "use strict";
+
+  const root = document.getElementById("review");
+  if (!root) return;
+  const draftKey = root.dataset.draftKey;
+
+  function form() { return document.getElementById("decision-form"); }
+  function typing(target) {
+    return target && (target.tagName === "TEXTAREA" || target.tagName === "INPUT" && target.type === "text");
+  }
+
+  // --- Word diff between a candidate and its edit (LCS; texts are short) -----------------------
+  function words(text) { return text.split(/(\s+)/).filter(function (w) { return w.length; }); }
+  function diff(before, after) {
+    const a = words(before), b = words(after);
+    const rows = a.length + 1, cols = b.length + 1;
+    const table = new Array(rows);
+    for (let i = 0; i < rows; i++) table[i] = new Uint16Array(cols);
+    for (let i = a.length - 1; i >= 0; i--) {
+      for (let j = b.length - 1; j >= 0; j--) {
+        table[i][j] = a[i] === b[j] ? table[i + 1][j + 1] + 1 : Math.max(table[i + 1][j], table[i][j + 1]);
+      }
+    }
+    const parts = [];
+    let i = 0, j = 0;
+    while (i < a.length || j < b.length) {
+      if (i < a.length && j < b.length && a[i] === b[j]) { parts.push(["same", a[i]]); i++; j++; }
+      else if (j < b.length && (i === a.length || table[i][j + 1] >= table[i + 1][j])) { parts.push(["ins", b[j]]); j++; }
+      else { parts.push(["del", a[i]]); i++; }
+    }
+    return parts;
+  }
+  function renderDiff(textarea) {
+    const box = textarea.parentElement.querySelector(".diff");
+    if (!box) return;
+    box.replaceChildren();
+    const parts = diff(textarea.dataset.original || "", textarea.value);
+    if (parts.every(function (p) { return p[0] === "same"; })) {
+      box.textContent = "No changes yet.";
+      return;
+    }
+    parts.forEach(function (part) {
+      const node = part[0] === "same" ? document.createTextNode(part[1]) : document.createElement(part[0]);
+      if (part[0] !== "same") node.textContent = part[1];
+      box.appendChild(node);
+    });
+  }
+
+  // --- Drafts: what was picked, edited, ticked and written, kept in localStorage ----------------
+  function saveDraft() {
+    const f = form();
+    if (!f || !draftKey) return;
+    const draft = { choice: null, edits: {}, tags: [], comment: "" };
+    const picked = f.querySelector("input[name=choice]:checked");
+    if (picked) draft.choice = picked.value;
+    f.querySelectorAll("textarea[data-original]").forEach(function (t) {
+      if (t.value !== t.dataset.original) draft.edits[t.name] = t.value;
+    });
+    f.querySelectorAll("input[name=reason_tags]:checked").forEach(function (c) { draft.tags.push(c.value); });
+    const comment = f.querySelector("#comment");
+    if (comment) draft.comment = comment.value;
+    try { localStorage.setItem(draftKey, JSON.stringify(draft)); } catch (e) { /* storage full or off */ }
+  }
+  function restoreDraft() {
+    const f = form();
+    if (!f || !draftKey) return;
+    let draft;
+    try { draft = JSON.parse(localStorage.getItem(draftKey) || "null"); } catch (e) { draft = null; }
+    if (!draft) return;
+    if (draft.choice) {
+      const radio = f.querySelector("input[name=choice][value='" + CSS.escape(draft.choice) + "']");
+      if (radio) radio.checked = true;
+    }
+    Object.keys(draft.edits || {}).forEach(function (name) {
+      const t = f.querySelector("textarea[name='" + CSS.escape(name) + "']");
+      if (t) { t.value = draft.edits[name]; t.closest("details").open = true; renderDiff(t); }
+    });
+    (draft.tags || []).forEach(function (tag) {
+      const c = f.querySelector("input[name=reason_tags][value='" + CSS.escape(tag) + "']");
+      if (c) c.checked = true;
+    });
+    const comment = f.querySelector("#comment");
+    if (comment && draft.comment) comment.value = draft.comment;
+  }
+
+  // --- Wiring -----------------------------------------------------------------------------------
+  function setUp() {
+    const f = form();
+    if (!f || f.dataset.ready) return;
+    f.dataset.ready = "1";
+    f.querySelectorAll("textarea[data-original]").forEach(function (t) {
+      t.addEventListener("input", function () {
+        const radio = document.getElementById(t.closest("details").dataset.choice);
+        if (radio) radio.checked = true;
+        renderDiff(t);
+      });
+    });
+    f.querySelectorAll("details.editor").forEach(function (d) {
+      d.addEventListener("toggle", function () {
+        if (d.open) { const t = d.querySelector("textarea"); renderDiff(t); }
+      });
+    });
+    f.addEventListener("input", saveDraft);
+    f.addEventListener("change", saveDraft);
+    f.addEventListener("submit", function () { try { localStorage.removeItem(draftKey); } catch (e) { /* ignore */ } });
+    restoreDraft();
+  }
+
+  function pick(label) {
+    const radio = document.getElementById("choice-" + label);
+    if (!radio) return;
+    radio.checked = true;
+    saveDraft();
+    const card = document.getElementById("candidate-" + label);
+    (card || radio).focus();
+  }
+  function editPicked() {
+    const f = form();
+    if (!f) return;
+    let card = document.activeElement && document.activeElement.closest ? document.activeElement.closest("article.candidate") : null;
+    const picked = f.querySelector("input[name=choice]:checked");
+    if (!card && picked && picked.value !== "none") card = picked.closest("article.candidate");
+    if (!card) card = f.querySelector("article.candidate.done");
+    if (!card) return;
+    const editor = card.querySelector("details.editor");
+    if (!editor) return;
+    editor.open = true;
+    const radio = document.getElementById(editor.dataset.choice);
+    if (radio) radio.checked = true;
+    const t = editor.querySelector("textarea");
+    t.focus();
+    renderDiff(t);
+    saveDraft();
+  }
+  function submitForm(id) {
+    const target = document.getElementById(id);
+    if (target) target.requestSubmit();
+  }
+  function toggleKeymap() {
+    const dialog = document.getElementById("keymap");
+    if (dialog.open) dialog.close(); else dialog.showModal();
+  }
+
+  document.addEventListener("keydown", function (event) {
+    const f = form();
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) {
+      if (f) { event.preventDefault(); f.requestSubmit(); }
+      return;
+    }
+    if (event.key === "Escape" && typing(event.target)) { event.target.blur(); return; }
+    if (typing(event.target) || event.altKey || event.ctrlKey || event.metaKey) return;
+    if (document.getElementById("keymap").open && event.key !== "?") return;
+    if (/^[1-8]$/.test(event.key)) { event.preventDefault(); pick(event.key); }
+    else if (event.key === "e") { event.preventDefault(); editPicked(); }
+    else if (event.key === "x") { event.preventDefault(); pick("none"); }
+    else if (event.key === "s") { event.preventDefault(); submitForm("skip-form"); }
+    else if (event.key === "u") { event.preventDefault(); submitForm("undo-form"); }
+    else if (event.key === "?") { event.preventDefault(); toggleKeymap(); }
+    else if (event.key === "Enter" && f && f.querySelector("input[name=choice]:checked")
+             && event.target.tagName !== "BUTTON" && event.target.tagName !== "SUMMARY") {
+      event.preventDefault(); f.requestSubmit();
+    }
+  });
+
+  document.getElementById("keymap-open").addEventListener("click", toggleKeymap);
+  document.body.addEventListener("htmx:afterSwap", setUp);
+  setUp();
+})();
