@@ -1,5 +1,5 @@
-"""The core flow in a real browser: Debian's headless Chromium driven by Playwright, against
-the live Django server, with the real worker generating candidates."""
+"""The review workbench in a real browser: Debian's headless Chromium driven by Playwright,
+against the live Django server. One test also runs the real worker end to end."""
 
 import os
 from collections.abc import Iterator
@@ -9,9 +9,10 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from icrlhf.memory.models import Example
-from icrlhf.review.models import Decision
+from icrlhf.queues.models import Item
+from icrlhf.review.models import Claim, Decision
 from tests.conftest import WorkerProcess, wait_for
-from tests.factories import QueueFactory, UserFactory
+from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -43,13 +44,17 @@ def browser() -> Iterator[Browser]:
         del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
 
 
+def new_page(browser: Browser) -> Page:
+    page = browser.new_context().new_page()
+    page.set_default_timeout(20_000)
+    return page
+
+
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context()
-    page = context.new_page()
-    page.set_default_timeout(30_000)
+    page = new_page(browser)
     yield page
-    context.close()
+    page.context.close()
 
 
 def log_in(page: Page, base_url: str, username: str) -> None:
@@ -61,57 +66,187 @@ def log_in(page: Page, base_url: str, username: str) -> None:
     expect(page.get_by_role("heading", name="Queues")).to_be_visible()
 
 
-def create_item(page: Page, text: str, candidates: int) -> None:
-    page.get_by_label("Prompt or ticket").fill(text)
-    page.get_by_label("Candidates").fill(str(candidates))
-    page.get_by_role("button", name="Generate candidates").click()
-    expect(page.get_by_text(f"{candidates} of {candidates} ready")).to_be_visible()
+def start_reviewing(page: Page, base_url: str, queue: Any) -> None:
+    page.goto(f"{base_url}/q/{queue.slug}/review/")
+    page.get_by_role("button", name="Next item").click()
+    page.wait_for_url("**/items/*/")
+    page.wait_for_load_state()  # the keyboard script is deferred: wait until it runs
+
+
+def ready_items(queue: Any, count: int, texts: list[str] | None = None) -> list[Item]:
+    items = []
+    for number in range(count):
+        item = ItemFactory(queue=queue, input_text=f"Question {number}?")
+        ready_generation(item, texts or [f"Answer A{number}", f"Answer B{number}"])
+        items.append(item)
+    return items
+
+
+@pytest.fixture
+def reviewer() -> Any:
+    return UserFactory()
+
+
+def test_pick_by_key_submit_then_undo(live_server: Any, page: Page, reviewer: Any) -> None:
+    queue = QueueFactory(members=[reviewer])
+    first, second = ready_items(queue, 2)
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+    expect(page.get_by_role("heading", name=f"Item {first.pk}")).to_be_visible()
+
+    page.keyboard.press("2")
+    expect(page.get_by_label("Pick candidate 2")).to_be_checked()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name=f"Item {second.pk}")).to_be_visible()
+    decision = Decision.objects.get()
+    assert decision.verdict == "chosen" and decision.chosen_candidate.label == 2
+
+    expect(page.get_by_text(f"Decision on item {first.pk} saved")).to_be_visible()
+    page.wait_for_load_state()
+    page.keyboard.press("u")
+    expect(page.get_by_text(f"Undone: item {first.pk}")).to_be_visible()
+    decision.refresh_from_db()
+    assert decision.superseded_at is not None
+    assert Item.objects.get(pk=first.pk).status == Item.Status.READY
+
+
+def test_edit_and_submit_with_the_keyboard(live_server: Any, page: Page, reviewer: Any) -> None:
+    queue = QueueFactory(members=[reviewer])
+    (item,) = ready_items(queue, 1, ["The card ships in five days."])
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+
+    page.keyboard.press("1")
+    page.keyboard.press("e")
+    editor = page.get_by_label("Your answer, from candidate 1")
+    expect(editor).to_be_focused()
+    expect(editor).to_have_value("The card ships in five days.")
+    editor.fill("The card ships in two days.")
+    expect(page.locator(".diff ins")).to_have_text("two")
+    expect(page.locator(".diff del")).to_have_text("five")
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_text(f"Saved item {item.pk}: edited.")).to_be_visible()
+    decision = Decision.objects.get()
+    assert (decision.verdict, decision.final_text) == ("edited", "The card ships in two days.")
+
+
+def test_none_acceptable_and_skip(live_server: Any, page: Page, reviewer: Any) -> None:
+    queue = QueueFactory(members=[reviewer], reason_tags=["wrong facts", "too long"])
+    first, second = ready_items(queue, 2)
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+
+    page.keyboard.press("x")
+    page.get_by_label("wrong facts").check()
+    page.get_by_label("Comment").fill("Both answers invent a fee.")
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_role("heading", name=f"Item {second.pk}")).to_be_visible()
+    decision = Decision.objects.get(item=first)
+    assert decision.verdict == "none_acceptable"
+    assert (decision.reason_tags, decision.comment) == (
+        ["wrong facts"],
+        "Both answers invent a fee.",
+    )
+
+    page.wait_for_load_state()
+    page.keyboard.press("s")
+    expect(page.get_by_text("Nothing left to review")).to_be_visible()
+    assert Claim.objects.get(item=second, reviewer=reviewer).skipped
+
+
+def test_two_browsers_never_hold_the_same_item(
+    live_server: Any, browser: Browser, reviewer: Any
+) -> None:
+    colleague = UserFactory()
+    queue = QueueFactory(members=[reviewer, colleague])
+    first, second = ready_items(queue, 2)
+    mine, theirs = new_page(browser), new_page(browser)
+    try:
+        log_in(mine, live_server.url, reviewer.username)
+        log_in(theirs, live_server.url, colleague.username)
+        start_reviewing(mine, live_server.url, queue)
+        start_reviewing(theirs, live_server.url, queue)
+        expect(mine.get_by_role("heading", name=f"Item {first.pk}")).to_be_visible()
+        expect(theirs.get_by_role("heading", name=f"Item {second.pk}")).to_be_visible()
+
+        theirs.goto(f"{live_server.url}/items/{first.pk}/")
+        expect(theirs.get_by_text(f"{reviewer.username} is reviewing this item")).to_be_visible()
+        expect(theirs.get_by_label("Pick candidate 1")).to_have_count(0)
+    finally:
+        mine.context.close()
+        theirs.context.close()
+
+
+def test_a_draft_survives_a_reload(live_server: Any, page: Page, reviewer: Any) -> None:
+    queue = QueueFactory(members=[reviewer])
+    ready_items(queue, 1)
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+    page.keyboard.press("2")
+    page.keyboard.press("e")
+    page.get_by_label("Your answer, from candidate 2").fill("A careful, corrected answer.")
+    page.get_by_label("Comment").fill("half-written thought")
+    page.reload()
+    page.wait_for_load_state()
+    expect(page.get_by_label("Your answer, from candidate 2")).to_have_value(
+        "A careful, corrected answer."
+    )
+    expect(page.get_by_label("Comment")).to_have_value("half-written thought")
+    expect(page.get_by_label("Pick candidate 2")).to_be_checked()
+    page.keyboard.press("?")
+    expect(page.get_by_role("dialog", name="Keyboard shortcuts")).to_be_visible()
+
+
+def test_an_xss_payload_in_a_candidate_does_not_execute(
+    live_server: Any, page: Page, reviewer: Any
+) -> None:
+    queue = QueueFactory(members=[reviewer])
+    payloads = [
+        '<img src=x onerror="alert(1)">**bold**',
+        "<script>alert(2)</script>[link](javascript:alert(3))",
+        '<a href="#" onclick="alert(4)">click</a><svg onload="alert(5)"></svg>',
+    ]
+    ready_items(queue, 1, payloads)
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+
+    texts = page.locator(".candidate-text")
+    expect(texts).to_have_count(3)
+    expect(page.locator(".candidate-text strong")).to_have_text("bold")  # markdown still works
+    for selector in ["img", "script", "svg", "[onclick]", "[onerror]", "a[href^='javascript']"]:
+        assert page.locator(f".candidate-text {selector}").count() == 0, selector
+    page.get_by_text("click", exact=True).click()
+    page.get_by_text("link", exact=True).click(no_wait_after=True)
+    assert dialogs == []
 
 
 def test_a_reviewer_edits_a_candidate_and_the_next_item_remembers_it(
-    worker_process: WorkerProcess, live_server: Any, page: Page
+    worker_process: WorkerProcess, live_server: Any, page: Page, reviewer: Any
 ) -> None:
-    queue = QueueFactory(name="Support", n_candidates=3)
-    reviewer = UserFactory()
+    queue = QueueFactory(name="Support", n_candidates=3, members=[reviewer])
     log_in(page, live_server.url, reviewer.username)
     page.get_by_role("link", name="Support").click()
+    page.get_by_label("Prompt or ticket").fill("My card has not arrived yet, where is it?")
+    page.get_by_role("button", name="Generate candidates").click()
+    expect(page.get_by_text("3 of 3 ready")).to_be_visible()
 
-    create_item(page, "My card has not arrived yet, where is it?", candidates=3)
-    expect(page.get_by_role("button", name="Pick candidate 3")).to_be_visible()
     page.get_by_text("Edit candidate 2").click()
-    editor = page.get_by_label("Your answer, from candidate 2")
-    expect(editor).to_have_value(
-        page.locator("article.candidate").nth(1).locator(".text-block").inner_text()
+    page.get_by_label("Your answer, from candidate 2").fill(
+        "It was posted on Monday; allow 3 working days."
     )
-    editor.fill("It was posted on Monday; allow 3 working days.")
-    page.get_by_role("button", name="Save edited answer 2").click()
-    expect(page.get_by_text("Saved: edited.")).to_be_visible()
-    expect(page.get_by_role("button", name="Pick candidate 1")).to_have_count(0)
-
+    page.get_by_role("button", name="Submit decision").click()
+    expect(page.get_by_text("Saved item")).to_be_visible()
     decision = Decision.objects.get()
     assert (decision.verdict, decision.reviewer_id) == ("edited", reviewer.pk)
     wait_for(lambda: not Example.objects.exclude(index_state="indexed").exists(), what="indexing")
 
-    page.get_by_role("link", name="← Support").click()
-    create_item(page, "I still haven't received my card.", candidates=2)
+    page.goto(f"{live_server.url}/q/{queue.slug}/")
+    page.get_by_label("Prompt or ticket").fill("I still haven't received my card.")
+    page.get_by_label("Candidates").fill("2")
+    page.get_by_role("button", name="Generate candidates").click()
+    expect(page.get_by_text("2 of 2 ready")).to_be_visible()
     retrieved = page.get_by_role("table").filter(has_text="Similarity")
     expect(retrieved).to_contain_text("It was posted on Monday; allow 3 working days.")
-    assert queue.items.count() == 2
-
-
-def test_hostile_text_echoed_by_the_model_stays_inert(
-    worker_process: WorkerProcess, live_server: Any, page: Page
-) -> None:
-    QueueFactory(name="Hostile", n_candidates=1)
-    UserFactory(username="target")
-    dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-    log_in(page, live_server.url, "target")
-    page.get_by_role("link", name="Hostile").click()
-
-    payload = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
-    create_item(page, payload, candidates=1)  # the test endpoint echoes it in its answer
-    candidate = page.locator("article.candidate .text-block")
-    expect(candidate).to_contain_text('<img src=x onerror="alert(1)">')
-    assert page.locator("article.candidate img").count() == 0
-    assert dialogs == []
+    expect(retrieved).to_contain_text(f"edited on item {decision.item_id}")

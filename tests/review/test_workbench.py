@@ -57,9 +57,7 @@ def test_a_skipped_item_goes_to_someone_else(queue: Any, user: Any) -> None:
     assert services.claim_next(queue=queue, reviewer=UserFactory()) == item
 
 
-def test_a_decision_is_refused_while_another_reviewer_holds_the_item(
-    queue: Any, user: Any
-) -> None:
+def test_a_decision_is_refused_while_another_reviewer_holds_the_item(queue: Any, user: Any) -> None:
     item = ready_item(queue)
     services.claim_next(queue=queue, reviewer=UserFactory())
     with pytest.raises(services.DecisionConflict, match="Another reviewer"):
@@ -111,9 +109,7 @@ def test_undo_supersedes_the_decision_and_withdraws_its_examples(
     assert Decision.objects.filter(superseded_at__isnull=True).get() == redo
 
 
-def test_undo_is_refused_after_the_window(
-    queue: Any, user: Any, settings: LazySettings
-) -> None:
+def test_undo_is_refused_after_the_window(queue: Any, user: Any, settings: LazySettings) -> None:
     decision = pick(ready_item(queue), user)
     Decision.objects.filter(pk=decision.pk).update(
         created_at=timezone.now() - timedelta(seconds=settings.REVIEW_UNDO_WINDOW_S + 1)
@@ -134,8 +130,12 @@ def test_reason_tags_must_be_the_queues(queue: Any, user: Any) -> None:
             item_id=item.pk, reviewer=user, verdict="none_acceptable", reason_tags=["rude"]
         )
     decision = services.decision_record(
-        item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=candidate.pk,
-        reason_tags=["too long", "too long"], comment="  shorter please ",
+        item_id=item.pk,
+        reviewer=user,
+        verdict="chosen",
+        candidate_id=candidate.pk,
+        reason_tags=["too long", "too long"],
+        comment="  shorter please ",
     )
     assert (decision.reason_tags, decision.comment) == (["too long"], "shorter please")
 
@@ -234,8 +234,10 @@ def test_fifty_concurrent_submits_record_exactly_one_decision() -> None:
         response = client.post(f"/items/{item.pk}/decide/", {"choice": choice}, follow=True)
         body = response.content.decode()
         outcomes.append(
-            "saved" if f"Saved item {item.pk}" in body
-            else "refused" if ("already been decided" in body or "Another reviewer" in body)
+            "saved"
+            if f"Saved item {item.pk}" in body
+            else "refused"
+            if ("already been decided" in body or "Another reviewer" in body)
             else f"other {response.status_code}"
         )
         connection.close()
