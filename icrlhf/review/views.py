@@ -68,10 +68,11 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     mine = next((d for d in decisions if d.reviewer_id == request.user.pk), None)
     claims = list(selectors.claims_active(item=item))
     my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
-    if reviewer and item.status == Item.Status.READY and mine is None and my_claim is None:
-        if services.claim_take(item_id=item.pk, reviewer=request.user):
-            claims = list(selectors.claims_active(item=item))
-            my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
+    # Opening an open item claims it (only then: a poll while generating writes nothing).
+    wants_claim = reviewer and item.status == Item.Status.READY and not (mine or my_claim)
+    if wants_claim and services.claim_take(item_id=item.pk, reviewer=request.user):
+        claims = list(selectors.claims_active(item=item))
+        my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
     context: dict[str, Any] = {
         "item": item,
         "queue": item.queue,

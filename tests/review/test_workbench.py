@@ -143,7 +143,7 @@ def test_reason_tags_must_be_the_queues(queue: Any, user: Any) -> None:
 def test_a_failed_candidate_can_be_retried(
     queue: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    item = ready_item(queue, ("fine", "broken"))
+    ready_item(queue, ("fine", "broken"))
     broken = Candidate.objects.get(text="broken")
     Candidate.objects.filter(pk=broken.pk).update(status="failed", error="rate limit")
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
