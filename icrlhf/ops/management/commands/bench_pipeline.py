@@ -6,13 +6,11 @@ it re-runs itself inside that world (`--inner`) to drive the product through its
 """
 
 import json
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,10 +18,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from icrlhf.ops.benchworld import ROOT, manage_run, world_env, world_migrate
 from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
 from icrlhf.ops.stack import wait_until
-
-ROOT = Path(__file__).resolve().parents[4]
 
 
 def seconds_between(later: datetime | None, earlier: datetime | None) -> float:
@@ -67,20 +64,13 @@ class Command(BaseCommand):
         llm = FixedLatencyLLM(latency_s=options["latency"]).start()
         with tempfile.TemporaryDirectory(prefix="icrlhf-bench-") as folder:
             tmp = Path(folder)
-            env = {
-                **os.environ,
-                "DJANGO_SETTINGS_MODULE": "icrlhf.settings",
-                "SECRET_KEY": settings.SECRET_KEY,
-                "DATABASE_URL": options["database_url"] or f"sqlite:///{tmp / 'bench.sqlite3'}",
-                "QDRANT_URL": "",
-                "QDRANT_PATH": str(tmp / "qdrant"),
-                "CELERY_QUEUE": f"icrlhf-bench-{uuid.uuid4().hex[:8]}",
-                "LLM_API_BASE": llm.api_base,
-                "LLM_MODEL": "openai/fixed-latency",
-                "LOG_LEVEL": "WARNING",
-            }
-            manage = [sys.executable, str(ROOT / "manage.py")]
-            subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], env=env, check=True)
+            env = world_env(
+                tmp,
+                database_url=options["database_url"],
+                LLM_API_BASE=llm.api_base,
+                LLM_MODEL="openai/fixed-latency",
+            )
+            world_migrate(env)
             log = (tmp / "worker.log").open("wb")
             worker = subprocess.Popen(
                 [
@@ -106,22 +96,18 @@ class Command(BaseCommand):
             )
             try:
                 result_file = tmp / "result.json"
-                subprocess.run(
-                    [
-                        *manage,
-                        "bench_pipeline",
-                        "--inner",
-                        "--result-file",
-                        str(result_file),
-                        "--latency",
-                        str(options["latency"]),
-                        "--generations",
-                        str(options["generations"]),
-                        "--decisions",
-                        str(options["decisions"]),
-                    ],
-                    env=env,
-                    check=True,
+                manage_run(
+                    env,
+                    "bench_pipeline",
+                    "--inner",
+                    "--result-file",
+                    str(result_file),
+                    "--latency",
+                    str(options["latency"]),
+                    "--generations",
+                    str(options["generations"]),
+                    "--decisions",
+                    str(options["decisions"]),
                 )
                 return dict(json.loads(result_file.read_text()))
             finally:
