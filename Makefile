@@ -17,7 +17,7 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 help:
 	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
 	@echo "make test   - install everything and run the whole test suite"
-	@echo "make bench  - run the pipeline benchmark (fan-out, decision latency, overhead)"
+	@echo "make bench  - run the benchmarks (pipeline; review page under 20 reviewers)"
 	@echo "make lint   - ruff and mypy"
 
 $(BIN)/python:
@@ -61,8 +61,9 @@ test: install-test models browser
 	$(BIN)/mypy icrlhf worker
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-bench: install-test models
+bench: install-test models secret-key
 	$(BIN)/python manage.py bench_pipeline $(BENCH_ARGS)
+	$(BIN)/python manage.py bench_review $(BENCH_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check .

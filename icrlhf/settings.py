@@ -163,6 +163,9 @@ STORAGES = {
 }
 # Serve from the app folders without collectstatic when no manifest was built (the dev run).
 WHITENOISE_USE_FINDERS = True
+# A file missing from the manifest (collectstatic not re-run after an upgrade) is served under
+# its plain name instead of failing the whole page.
+WHITENOISE_MANIFEST_STRICT = False
 WHITENOISE_AUTOREFRESH = DEBUG
 
 LOGGING = {

@@ -18,6 +18,8 @@ def world_env(folder: Path, *, database_url: str = "", **extra: str) -> dict[str
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "icrlhf.settings",
         "SECRET_KEY": settings.SECRET_KEY,
+        "ICRLHF_VAR_DIR": str(folder),
+        "EMBEDDING_MODEL_DIR": str(settings.EMBEDDING_MODEL_DIR),
         "DATABASE_URL": database_url or f"sqlite:///{folder / 'bench.sqlite3'}",
         "QDRANT_URL": "",
         "QDRANT_PATH": str(folder / "qdrant"),

@@ -1,5 +1,7 @@
 """LLM output and guidelines as markdown, sanitised: the model's text is untrusted."""
 
+from functools import lru_cache
+
 import markdown as markdown_lib
 import nh3
 from django import template
@@ -14,5 +16,12 @@ _ALLOWED_TAGS = nh3.ALLOWED_TAGS - {"img"}
 
 @register.filter
 def markdown_safe(text: str) -> SafeString:
-    html = markdown_lib.markdown(text or "", extensions=["fenced_code", "tables", "sane_lists"])
-    return mark_safe(nh3.clean(html, tags=_ALLOWED_TAGS, link_rel="noopener noreferrer nofollow"))  # noqa: S308 (sanitised just above)
+    return mark_safe(_render(text or ""))  # noqa: S308 (sanitised by nh3 in _render)
+
+
+# A candidate's text never changes once generated, and the review page is reloaded often:
+# render each text once per process.
+@lru_cache(maxsize=4096)
+def _render(text: str) -> str:
+    html = markdown_lib.markdown(text, extensions=["fenced_code", "tables", "sane_lists"])
+    return nh3.clean(html, tags=_ALLOWED_TAGS, link_rel="noopener noreferrer nofollow")

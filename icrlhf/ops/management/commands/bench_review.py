@@ -1,0 +1,216 @@
+"""Review-page benchmark: N concurrent reviewers against gunicorn, on loopback.
+
+A throw-away world is seeded with ready items (4 markdown candidates each, retrieved
+examples, the queue's guidelines); gunicorn serves it; each simulated reviewer logs in, takes
+the next item and loads its review page repeatedly, deciding every few loads and moving on,
+with a short think time. Only review-page loads are timed.
+"""
+
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+from django.core.management.base import BaseCommand, CommandParser
+
+from icrlhf.ops.benchworld import ROOT, manage_run, world_env, world_migrate
+from icrlhf.ops.stack import http_ok, wait_until
+
+PASSWORD = "bench-reviewer-password"  # noqa: S105 (a throw-away world's users)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+
+class Command(BaseCommand):
+    help = "Measure the review page's p50/p95 with concurrent reviewers against gunicorn."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+        parser.add_argument("--reviewers", type=int, default=20)
+        parser.add_argument("--loads", type=int, default=40, help="Page loads per reviewer.")
+        parser.add_argument(
+            "--think",
+            type=float,
+            default=1.0,
+            help="Mean seconds between a reviewer's page loads (a person takes far longer).",
+        )
+        parser.add_argument("--port", type=int, default=8765)
+        parser.add_argument("--seed-only", action="store_true", help="(internal)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["seed_only"]:
+            seed(reviewers=options["reviewers"], items=options["reviewers"] * 12)
+            return
+        with tempfile.TemporaryDirectory(prefix="icrlhf-bench-review-") as folder:
+            env = world_env(Path(folder))
+            world_migrate(env)
+            manage_run(env, "bench_review", "--seed-only", "--reviewers", str(options["reviewers"]))
+            manage_run(env, "collectstatic", "--noinput", "-v", "0")
+            server = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gunicorn",
+                    "icrlhf.wsgi",
+                    "--bind",
+                    f"127.0.0.1:{options['port']}",
+                    "--workers",
+                    "3",
+                    "--threads",
+                    "4",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            base = f"http://127.0.0.1:{options['port']}"
+            try:
+                wait_until(
+                    lambda: http_ok(f"{base}/accounts/login/"), timeout_s=30, what="gunicorn"
+                )
+                result = load(base, options)
+            finally:
+                server.terminate()
+                server.wait(timeout=15)
+        self.stdout.write(
+            f"Review page with {result['reviewers']} concurrent reviewers (gunicorn, 3 workers × "
+            f"4 threads, {options['think']} s think time): p50 {result['review_page_p50_ms']:.1f} "
+            f"ms, p95 {result['review_page_p95_ms']:.1f} ms over {result['loads']} loads, "
+            f"{result['errors']} errors, {result['decisions']} decisions (target p95 ≤ 150 ms)"
+        )
+        for sample in result["error_samples"]:
+            self.stdout.write(f"  error: {sample}")
+        if options["json"]:
+            self.stdout.write(json.dumps(result, sort_keys=True))
+
+
+def seed(*, reviewers: int, items: int) -> None:
+    from django.contrib.auth.models import Group, User
+
+    from icrlhf.generation.models import Candidate, Generation
+    from icrlhf.queues.models import Item, Queue
+
+    group = Group.objects.get(name="reviewer")
+    queue = Queue.objects.create(
+        slug="bench",
+        name="Bench",
+        n_candidates=4,
+        reason_tags=["wrong facts", "too long"],
+        guidelines="## Guidelines\n\n- Be **correct**.\n- Be brief.\n" * 5,
+    )
+    for number in range(reviewers):
+        user = User.objects.create_user(f"reviewer{number}", password=PASSWORD)
+        user.groups.add(group)
+        queue.members.add(user)
+    answer = (
+        "Thanks for reaching out! Your card was posted **3 working days** ago.\n\n"
+        "1. Check the tracking link in the app.\n2. If it has not arrived in 5 days, "
+        "freeze the card and order a new one.\n\n```\nCard status: shipped\n```\n"
+    ) * 2
+    for number in range(items):
+        item = Item.objects.create(
+            queue=queue,
+            input_text=f"Request {number}: my card has not arrived.",
+            status=Item.Status.READY,
+        )
+        generation = Generation.objects.create(
+            item=item,
+            model="bench",
+            n_candidates=4,
+            status=Generation.Status.DONE,
+            messages=[{"role": "system", "content": "x" * 2000}, {"role": "user", "content": "q"}],
+            params={"temperature": 0.7, "max_tokens": 256},
+        )
+        Candidate.objects.bulk_create(
+            Candidate(generation=generation, position=p, status="done", text=f"{p} {answer}")
+            for p in range(4)
+        )
+
+
+def load(base: str, options: dict[str, Any]) -> dict[str, Any]:
+    timings: list[float] = []
+    errors: list[str] = []
+    decisions = [0]
+    lock = threading.Lock()
+    barrier = threading.Barrier(options["reviewers"])
+
+    def reviewer(number: int) -> None:
+        session = requests.Session()
+        try:
+            session.get(f"{base}/accounts/login/")
+            session.post(
+                f"{base}/accounts/login/",
+                data={
+                    "username": f"reviewer{number}",
+                    "password": PASSWORD,
+                    "csrfmiddlewaretoken": session.cookies["csrftoken"],
+                },
+                headers={"Referer": f"{base}/accounts/login/"},
+            )
+            token = session.cookies["csrftoken"]
+            item_url = session.post(
+                f"{base}/q/bench/review/next/",
+                data={"csrfmiddlewaretoken": token},
+                headers={"Referer": base},
+            ).url
+        except Exception as error:  # noqa: BLE001 (counted, not raised)
+            with lock:
+                errors.append(f"login: {error}")
+            barrier.abort()
+            return
+        barrier.wait()
+        for load_number in range(options["loads"]):
+            started = time.perf_counter()
+            try:
+                response = session.get(item_url)
+                elapsed = (time.perf_counter() - started) * 1000
+                ok = response.status_code == 200 and "Pick candidate 1" in response.text
+            except requests.RequestException as error:
+                elapsed, ok = 0.0, False
+                response = None
+                with lock:
+                    errors.append(str(error))
+            with lock:
+                timings.append(elapsed)
+                if not ok and response is not None:
+                    errors.append(f"{response.status_code} on {item_url}")
+            if response is not None and ok and load_number % 5 == 4:
+                candidate = response.text.split('name="choice" value="c', 1)[1].split('"', 1)[0]
+                decided = session.post(
+                    item_url.replace("/items/", "/items/", 1) + "decide/",
+                    data={"choice": f"c{candidate}", "csrfmiddlewaretoken": token},
+                    headers={"Referer": item_url},
+                )
+                if decided.status_code >= 500:
+                    with lock:
+                        errors.append(f"{decided.status_code} on decide")
+                with lock:
+                    decisions[0] += 1
+                item_url = decided.url
+            time.sleep(options["think"] * random.uniform(0.5, 1.5))
+
+    threads = [threading.Thread(target=reviewer, args=(n,)) for n in range(options["reviewers"])]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {
+        "reviewers": options["reviewers"],
+        "loads": len(timings),
+        "errors": len(errors),
+        "error_samples": errors[:5],
+        "decisions": decisions[0],
+        "review_page_p50_ms": statistics.median(timings) if timings else float("nan"),
+        "review_page_p95_ms": percentile(timings, 95) if timings else float("nan"),
+    }
