@@ -253,3 +253,19 @@ def test_fifty_concurrent_submits_record_exactly_one_decision() -> None:
     decision = Decision.objects.get()
     assert Example.objects.filter(role="preferred").count() == 1
     assert Example.objects.filter(decision=decision).count() == 4
+
+
+def test_an_open_page_renews_its_claim_and_says_when_it_was_lost(
+    logged_in: Client, queue: Any, user: Any
+) -> None:
+    item = ready_item(queue)
+    logged_in.get(f"/items/{item.pk}/")  # opening it claims it
+    Claim.objects.update(expires_at=timezone.now() + timedelta(seconds=5))
+    renewed = logged_in.post(f"/items/{item.pk}/claim/", HTTP_HX_REQUEST="true")
+    assert "This item is yours until" in renewed.content.decode()
+    assert Claim.objects.get().expires_at > timezone.now() + timedelta(minutes=9)
+
+    Claim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    services.claim_next(queue=queue, reviewer=UserFactory())  # someone else takes it
+    lost = logged_in.post(f"/items/{item.pk}/claim/", HTTP_HX_REQUEST="true")
+    assert "Your hold on this item has lapsed" in lost.content.decode()
