@@ -2,7 +2,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,7 +14,7 @@ from django.test import Client
 
 from icrlhf.integrations import vectors
 from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
-from icrlhf.ops.stack import Stack
+from icrlhf.ops.stack import Stack, celery_worker_command
 from tests.factories import QueueFactory, UserFactory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,24 +79,14 @@ class WorkerProcess:
         self.log = log
         self._log_stream = log.open("wb")
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "worker",
-                "worker",
-                "--pool",
-                "threads",
+            celery_worker_command(
                 "--concurrency",
                 "10",
                 "--hostname",
                 self.name,
-                "--loglevel",
-                "INFO",
                 "--without-mingle",
                 "--without-gossip",
-            ],
+            ),
             cwd=ROOT,
             env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
             stdout=self._log_stream,

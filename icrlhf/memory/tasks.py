@@ -1,3 +1,5 @@
+from typing import Any
+
 from celery import shared_task
 
 from icrlhf.integrations.vectors import VectorStoreUnavailable
@@ -6,26 +8,23 @@ from icrlhf.memory import services
 _SWEEP_BATCH = 64
 
 
-@shared_task(
-    name="memory.examples_index",
-    autoretry_for=(VectorStoreUnavailable,),
-    max_retries=5,
-    retry_backoff=2,
-    retry_backoff_max=60,
-    retry_jitter=True,
-)
+# The store may be down for a while (a restart, a network blip): retry with backoff, and the
+# sweeper picks up whatever still fails after that.
+_STORE_RETRIES: dict[str, Any] = {
+    "autoretry_for": (VectorStoreUnavailable,),
+    "max_retries": 5,
+    "retry_backoff": 2,
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+}
+
+
+@shared_task(name="memory.examples_index", **_STORE_RETRIES)
 def examples_index(example_ids: list[str]) -> None:
     services.examples_index(example_ids=example_ids)
 
 
-@shared_task(
-    name="memory.examples_unindex",
-    autoretry_for=(VectorStoreUnavailable,),
-    max_retries=5,
-    retry_backoff=2,
-    retry_backoff_max=60,
-    retry_jitter=True,
-)
+@shared_task(name="memory.examples_unindex", **_STORE_RETRIES)
 def examples_unindex(example_ids: list[str]) -> None:
     services.examples_unindex(example_ids=example_ids)
 

@@ -51,6 +51,24 @@ def http_ok(url: str) -> bool:
         return False
 
 
+def celery_worker_command(*options: str) -> list[str]:
+    """The worker as every part of the project starts it: threads, because tasks mostly wait
+    on the LLM and Qdrant's local mode allows a single process."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "worker",
+        "worker",
+        "--pool",
+        "threads",
+        "--loglevel",
+        "INFO",
+        *options,
+    ]
+
+
 class Stack:
     def __init__(self, *, log_dir: Path) -> None:
         self.log_dir = log_dir
@@ -133,23 +151,7 @@ class Stack:
     def start_worker(self, schedule_file: Path) -> None:
         self.spawn(
             "worker",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "worker",
-                "worker",
-                "--beat",
-                "--schedule",
-                str(schedule_file),
-                "--pool",
-                "threads",
-                "--concurrency",
-                "8",
-                "--loglevel",
-                "INFO",
-            ],
+            celery_worker_command("--concurrency", "8", "--beat", "--schedule", str(schedule_file)),
         )
 
     def start_web(self, port: int) -> str:

@@ -8,7 +8,6 @@ it re-runs itself inside that world (`--inner`) to drive the product through its
 import json
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from datetime import datetime
@@ -20,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from icrlhf.ops.benchworld import ROOT, manage_run, world_env, world_migrate
 from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
-from icrlhf.ops.stack import wait_until
+from icrlhf.ops.stack import celery_worker_command, wait_until
 
 
 def seconds_between(later: datetime | None, earlier: datetime | None) -> float:
@@ -73,22 +72,9 @@ class Command(BaseCommand):
             world_migrate(env)
             log = (tmp / "worker.log").open("wb")
             worker = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "worker",
-                    "worker",
-                    "--pool",
-                    "threads",
-                    "--concurrency",
-                    "12",
-                    "--loglevel",
-                    "WARNING",
-                    "--without-mingle",
-                    "--without-gossip",
-                ],
+                celery_worker_command(
+                    "--concurrency", "12", "--without-mingle", "--without-gossip"
+                ),
                 cwd=ROOT,
                 env=env,
                 stdout=log,
