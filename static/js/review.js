@@ -6,6 +6,11 @@
   const root = document.getElementById("review");
   if (!root) return;
   const draftKey = root.dataset.draftKey;
+  // The draft is dropped once the server has the decision, not on submit: a refused decision
+  // (someone else was quicker, the claim lapsed) must not cost the reviewer what they typed.
+  if (root.dataset.decided !== undefined) {
+    try { localStorage.removeItem(draftKey); } catch (e) { /* storage off */ }
+  }
 
   function form() { return document.getElementById("decision-form"); }
   function typing(target) {
@@ -105,7 +110,6 @@
     });
     f.addEventListener("input", saveDraft);
     f.addEventListener("change", saveDraft);
-    f.addEventListener("submit", function () { try { localStorage.removeItem(draftKey); } catch (e) { /* ignore */ } });
     restoreDraft();
   }
 

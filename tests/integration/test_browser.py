@@ -6,11 +6,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.models import Claim, Decision
+from icrlhf.review.services import decision_record
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
@@ -250,3 +252,28 @@ def test_a_reviewer_edits_a_candidate_and_the_next_item_remembers_it(
     retrieved = page.get_by_role("table").filter(has_text="Similarity")
     expect(retrieved).to_contain_text("It was posted on Monday; allow 3 working days.")
     expect(retrieved).to_contain_text(f"edited on item {decision.item_id}")
+
+
+def test_a_refused_decision_keeps_the_draft(
+    live_server: Any, page: Page, reviewer: Any
+) -> None:
+    queue = QueueFactory(members=[reviewer])
+    (item,) = ready_items(queue, 1)
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+    page.keyboard.press("1")
+    page.keyboard.press("e")
+    page.get_by_label("Your answer, from candidate 1").fill("My careful rewrite.")
+    # Meanwhile the claim lapses and a colleague decides the item.
+    Claim.objects.update(expires_at=timezone.now())
+    colleague = UserFactory()
+    queue.members.add(colleague)
+    candidate = item.generations.get().candidates.order_by("position")[1]
+    decision_record(
+        item_id=item.pk, reviewer=colleague, verdict="chosen", candidate_id=candidate.pk
+    )
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_text("already been decided")).to_be_visible()
+    draft = page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('icrlhf:draft'))")
+    assert len(draft) == 1
+    assert "My careful rewrite." in page.evaluate(f"localStorage.getItem('{draft[0]}')")
