@@ -86,10 +86,13 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "ninja",
     "icrlhf.queues",
     "icrlhf.generation",
     "icrlhf.review",
     "icrlhf.memory",
+    "icrlhf.triage",
+    "icrlhf.ingest",
     "icrlhf.ops",
 ]
 

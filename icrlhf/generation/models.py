@@ -51,6 +51,9 @@ class Candidate(models.Model):
     position = models.PositiveSmallIntegerField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     text = models.TextField(blank=True)
+    # Triage: the category, priority and reply parsed out of `text`, or why they could not be.
+    fields = models.JSONField(null=True, blank=True)
+    parse_error = models.TextField(blank=True)
     error = models.TextField(blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

@@ -28,9 +28,11 @@ def messages_build(
     guidelines_version: int,
     examples: Sequence[PromptExample],
     request: str,
+    instructions: str = "",
 ) -> list[dict[str, str]]:
-    """`examples` come most similar first, as retrieved; they are sent most similar last."""
-    system_parts = [system_prompt.strip()]
+    """`examples` come most similar first, as retrieved; they are sent most similar last.
+    `instructions` (the answer format of a triage queue) follow the system prompt."""
+    system_parts = [system_prompt.strip(), instructions.strip()]
     if guidelines.strip():
         system_parts.append(f"Guidelines (version {guidelines_version}):\n{guidelines.strip()}")
     if examples:

@@ -17,7 +17,8 @@ from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.memory import selectors as memory_selectors
 from icrlhf.memory import services as memory_services
-from icrlhf.queues.models import Item
+from icrlhf.queues.models import Item, Queue
+from icrlhf.triage.fields import TriageParseError, triage_instructions, triage_parse
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +120,9 @@ def generation_prepare(*, generation_id: int) -> list[int]:
     retrieval_ms = int((time.monotonic() - started) * 1000)
 
     messages = messages_build(
+        instructions=(
+            triage_instructions(queue.categories) if queue.kind == Queue.Kind.TRIAGE else ""
+        ),
         system_prompt=queue.system_prompt,
         guidelines=queue.guidelines,
         guidelines_version=queue.guidelines_version,
@@ -165,8 +169,9 @@ def candidate_generate(*, candidate_id: int, mock_response: str | None = None) -
     )
     if not claimed:
         return
-    candidate = Candidate.objects.select_related("generation").get(pk=candidate_id)
+    candidate = Candidate.objects.select_related("generation__item__queue").get(pk=candidate_id)
     generation = candidate.generation
+    queue = generation.item.queue
     try:
         completion = llm.complete(
             messages=generation.messages,
@@ -183,8 +188,18 @@ def candidate_generate(*, candidate_id: int, mock_response: str | None = None) -
     except llm.PermanentLLMError as error:
         candidate_fail(candidate_id=candidate_id, message=str(error))
         return
+    fields, parse_error = None, ""
+    if queue.kind == Queue.Kind.TRIAGE:
+        # An unparsable answer is kept, shown with its raw text and the reason: it may still
+        # be the best starting point for the reviewer's correction.
+        try:
+            fields = triage_parse(completion.text, queue.categories).as_dict()
+        except TriageParseError as error:
+            parse_error = str(error)
     Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.RUNNING).update(
         status=Candidate.Status.DONE,
+        fields=fields,
+        parse_error=parse_error,
         text=completion.text,
         error="",
         model=completion.model,

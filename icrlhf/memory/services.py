@@ -14,6 +14,7 @@ from icrlhf.memory import tasks
 from icrlhf.memory.models import Example, Retrieval
 from icrlhf.memory.selectors import RetrievedExample
 from icrlhf.review.models import Decision
+from icrlhf.triage.fields import fields_text
 
 logger = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ def examples_record(*, decision: Decision) -> list[Example]:
             decision=decision,
             candidate=candidate,
             input_text=input_text,
-            output_text=candidate.text,
+            # A triage candidate is remembered in the same form as a confirmed triage.
+            output_text=fields_text(candidate.fields) if candidate.fields else candidate.text,
             reward=REJECTED_REWARD,
             role=Example.Role.REJECTED,
         )

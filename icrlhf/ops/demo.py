@@ -1,6 +1,8 @@
 """The demo data `make run` seeds: a login, a queue, and a few Banking77 customer messages."""
 
 import csv
+import json
+import random
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +61,55 @@ def demo_login_ensure() -> DemoLogin:
         password_file.write_text(password + "\n")
         password_file.chmod(0o600)
     return DemoLogin(DEMO_USERNAME, password_file.read_text().strip())
+
+
+DEMO_TRIAGE_SLUG = "banking-triage"
+DEMO_TRIAGE_TICKETS = 8
+
+
+@transaction.atomic
+def demo_triage_queue_ensure(*, data_dir: Path) -> tuple[Queue | None, int]:
+    """A support-triage queue whose categories are Banking77's 77 intents, with a few
+    tickets (once). Without the dataset there is nothing to seed."""
+    from icrlhf.triage.services import ticket_create
+
+    categories_path = data_dir / "banking77" / "categories.json"
+    csv_path = data_dir / "banking77" / "test.csv"
+    if not (categories_path.is_file() and csv_path.is_file()):
+        return None, 0
+    queue, created = Queue.objects.get_or_create(
+        slug=DEMO_TRIAGE_SLUG,
+        defaults={
+            "name": "Banking triage",
+            "kind": Queue.Kind.TRIAGE,
+            "system_prompt": "You triage the support tickets of an online bank.",
+            "categories": json.loads(categories_path.read_text()),
+            "n_candidates": 3,
+            "max_tokens": 120,
+            "temperature": 0.8,
+            "reason_tags": ["wrong category", "wrong priority", "bad reply"],
+        },
+    )
+    queue.members.add(get_user_model().objects.get(username=DEMO_USERNAME))
+    if not created:
+        return queue, 0
+    messages = banking77_messages(csv_path)
+    rng = random.Random(77)
+    intents = rng.sample(sorted(messages), DEMO_TRIAGE_TICKETS)
+    priorities = ["urgent", "high", "normal", "normal", "low", "high", "normal", "low"]
+    for number, (intent, priority) in enumerate(zip(intents, priorities, strict=True)):
+        text = messages[intent][1]
+        ticket_create(
+            queue=queue,
+            subject=text if len(text) <= 60 else text[:57].rsplit(" ", 1)[0] + "…",
+            body=text,
+            customer=f"customer{number + 1}@example.com",
+            channel=rng.choice(["email", "chat", "phone"]),
+            priority=priority,
+            external_id=f"demo-{number + 1}",
+            source="import",
+        )
+    return queue, DEMO_TRIAGE_TICKETS
 
 
 @transaction.atomic

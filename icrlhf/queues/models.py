@@ -56,6 +56,19 @@ class Queue(models.Model):
         blank=True,
         help_text='Reasons a reviewer can tick, e.g. ["wrong facts", "too long", "rude"].',
     )
+    categories = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Triage queues: the categories a ticket can be filed under.",
+    )
+    webhook_url = models.URLField(
+        blank=True, help_text="Triage queues: POST each triage result here as JSON."
+    )
+    webhook_secret = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Signs each webhook body (HMAC-SHA256, header X-Icrlhf-Signature).",
+    )
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL,
         blank=True,
@@ -97,6 +110,12 @@ class Item(models.Model):
         HIGH = "high", "High"
         URGENT = "urgent", "Urgent"
 
+    class TicketStatus(models.TextChoices):
+        NEW = "new", "New"
+        OPEN = "open", "Open"
+        PENDING = "pending", "Pending"
+        SOLVED = "solved", "Solved"
+
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="items")
     input_text = models.TextField()
     subject = models.CharField(max_length=500, blank=True)
@@ -106,6 +125,11 @@ class Item(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.NEW)
     priority = models.CharField(max_length=10, choices=Priority.choices, default=Priority.NORMAL)
     sla_due_at = models.DateTimeField(null=True, blank=True)
+    ticket_status = models.CharField(
+        max_length=10, choices=TicketStatus.choices, default=TicketStatus.NEW
+    )
+    category = models.CharField(max_length=200, blank=True)
+    triaged_at = models.DateTimeField(null=True, blank=True)
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.UI)
     external_id = models.CharField(max_length=200, blank=True)
     agreement = models.FloatField(

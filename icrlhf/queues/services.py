@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
@@ -35,8 +37,12 @@ def item_create(
     created_by: User | None,
     n_candidates: int | None = None,
     source: str = Item.Source.UI,
+    **ticket_fields: Any,
 ) -> Item:
-    """Create an item and start its first generation (enqueued once the transaction commits)."""
+    """Create an item and start its first generation (enqueued once the transaction commits).
+
+    `ticket_fields` are Item's ticket columns (subject, body, customer, channel, priority,
+    sla_due_at, external_id, category), already validated by the caller."""
     text = item_input_validate(input_text=input_text)
     count = candidate_count_validate(
         n_candidates=queue.n_candidates if n_candidates is None else n_candidates
@@ -47,6 +53,7 @@ def item_create(
         source=source,
         created_by=created_by,
         status=Item.Status.GENERATING,
+        **ticket_fields,
     )
     generation_start(item=item, n_candidates=count)
     return item

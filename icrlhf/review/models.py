@@ -28,6 +28,9 @@ class Decision(models.Model):
         help_text="The candidate chosen, or the one the final text was edited from.",
     )
     final_text = models.TextField(blank=True)
+    final_fields = models.JSONField(
+        null=True, blank=True, help_text="Triage: the confirmed category, priority and reply."
+    )
     reason_tags = models.JSONField(default=list, blank=True)
     comment = models.TextField(blank=True)
     guideline_version = models.PositiveIntegerField()

@@ -13,6 +13,8 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory import services as memory_services
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.models import Claim, Decision
+from icrlhf.triage.services import triage_apply, triage_final
+from icrlhf.triage.sla import sla_ordered
 
 MAX_COMMENT_CHARS = 5_000
 # How many of the oldest open items "next item" tries before saying the queue is empty.
@@ -78,13 +80,18 @@ def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
     )
     if held is not None:
         return held
-    open_items = (
+    candidates = (
         Item.objects.filter(queue=queue, status=Item.Status.READY)
         .exclude(claims__reviewer=reviewer, claims__skipped=True)
         .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
-        .order_by("created_at")
-        .values_list("pk", flat=True)[:_NEXT_ITEM_WINDOW]
     )
+    # Triage works the most urgent ticket first; other queues, the oldest item.
+    ordered = (
+        sla_ordered(candidates)
+        if queue.kind == Queue.Kind.TRIAGE
+        else candidates.order_by("created_at")
+    )
+    open_items = ordered.values_list("pk", flat=True)[:_NEXT_ITEM_WINDOW]
     for item_id in open_items:
         if claim_take(item_id=item_id, reviewer=reviewer) is not None:
             return Item.objects.get(pk=item_id)
@@ -113,6 +120,7 @@ def decision_record(
     reason_tags: Sequence[str] = (),
     comment: str = "",
     time_to_decide_ms: int | None = None,
+    corrections: dict[str, str] | None = None,
 ) -> Decision:
     """Record a reviewer's verdict on the item's latest generation, with its examples.
 
@@ -139,7 +147,17 @@ def decision_record(
         )
 
     chosen = _candidate_for(verdict=verdict, candidate_id=candidate_id, generation=generation)
-    verdict, final_text = _final_text(verdict=verdict, chosen=chosen, final_text=final_text)
+    final_fields = None
+    if item.queue.kind == Queue.Kind.TRIAGE and verdict != Decision.Verdict.NONE_ACCEPTABLE:
+        # Triage: the candidate's fields with the reviewer's corrections; any change is an edit.
+        confirmed = triage_final(
+            chosen=chosen, corrections=corrections or {}, categories=item.queue.categories
+        )
+        final_fields, final_text = confirmed.as_dict(), confirmed.as_text()
+        unchanged = chosen is not None and final_fields == chosen.fields
+        verdict = Decision.Verdict.CHOSEN if unchanged else Decision.Verdict.EDITED
+    else:
+        verdict, final_text = _final_text(verdict=verdict, chosen=chosen, final_text=final_text)
     if len(comment) > MAX_COMMENT_CHARS:
         raise ValidationError(f"The comment is longer than {MAX_COMMENT_CHARS:,} characters.")
     allowed_tags = set(item.queue.reason_tags)
@@ -156,6 +174,7 @@ def decision_record(
                 verdict=verdict,
                 chosen_candidate=chosen,
                 final_text=final_text,
+                final_fields=final_fields,
                 reason_tags=list(dict.fromkeys(reason_tags)),
                 comment=comment.strip(),
                 guideline_version=item.queue.guidelines_version,
@@ -166,6 +185,8 @@ def decision_record(
             "You have already decided this item; your choice was not saved."
         ) from error
     memory_services.examples_record(decision=decision)
+    if final_fields is not None:
+        triage_apply(decision=decision)
     Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
     _item_settle(item)
     return decision

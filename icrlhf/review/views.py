@@ -167,6 +167,10 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
             reason_tags=request.POST.getlist("reason_tags"),
             comment=data["comment"],
             time_to_decide_ms=elapsed_ms,
+            corrections={
+                key: request.POST.get(f"triage_{key}", "").strip()
+                for key in ("category", "priority", "reply")
+            },
         )
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))

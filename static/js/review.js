@@ -58,7 +58,8 @@
   function saveDraft() {
     const f = form();
     if (!f || !draftKey) return;
-    const draft = { choice: null, edits: {}, tags: [], comment: "" };
+    const draft = { choice: null, edits: {}, tags: [], comment: "", triage: {} };
+    f.querySelectorAll("[name^=triage_]").forEach(function (input) { draft.triage[input.name] = input.value; });
     const picked = f.querySelector("input[name=choice]:checked");
     if (picked) draft.choice = picked.value;
     f.querySelectorAll("textarea[data-original]").forEach(function (t) {
@@ -89,6 +90,10 @@
     });
     const comment = f.querySelector("#comment");
     if (comment && draft.comment) comment.value = draft.comment;
+    Object.keys(draft.triage || {}).forEach(function (name) {
+      const input = f.querySelector("[name='" + CSS.escape(name) + "']");
+      if (input) input.value = draft.triage[name];
+    });
   }
 
   // --- Wiring -----------------------------------------------------------------------------------
@@ -108,15 +113,30 @@
         if (d.open) { const t = d.querySelector("textarea"); renderDiff(t); }
       });
     });
+    f.querySelectorAll("input[name=choice]").forEach(function (radio) {
+      radio.addEventListener("change", function () { prefillTriage(radio); });
+    });
     f.addEventListener("input", saveDraft);
     f.addEventListener("change", saveDraft);
     restoreDraft();
+  }
+
+  // Triage: picking a candidate fills the correction fields with its values, to adjust.
+  function prefillTriage(radio) {
+    const fields = radio.closest("article") && radio.closest("article").querySelector(".triage-fields");
+    const box = document.getElementById("corrections");
+    if (!box) return;
+    const data = fields ? fields.dataset : { category: "", priority: "", reply: "" };
+    box.querySelector("[name=triage_category]").value = data.category || "";
+    box.querySelector("[name=triage_priority]").value = data.priority || "";
+    box.querySelector("[name=triage_reply]").value = data.reply || "";
   }
 
   function pick(label) {
     const radio = document.getElementById("choice-" + label);
     if (!radio) return;
     radio.checked = true;
+    prefillTriage(radio);
     saveDraft();
     const card = document.getElementById("candidate-" + label);
     (card || radio).focus();

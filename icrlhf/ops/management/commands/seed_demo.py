@@ -3,7 +3,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from icrlhf.ops.demo import demo_login_ensure, demo_queue_ensure
+from icrlhf.ops.demo import demo_login_ensure, demo_queue_ensure, demo_triage_queue_ensure
 
 
 class Command(BaseCommand):
@@ -13,3 +13,6 @@ class Command(BaseCommand):
         login = demo_login_ensure()
         queue, created = demo_queue_ensure(data_dir=settings.SHARED_DATA_DIR)
         self.stdout.write(f"Demo login {login.username}; queue {queue.slug}: {created} new items")
+        triage, tickets = demo_triage_queue_ensure(data_dir=settings.SHARED_DATA_DIR)
+        if triage is not None:
+            self.stdout.write(f"Triage queue {triage.slug}: {tickets} new tickets")

@@ -1,0 +1,33 @@
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+
+from icrlhf.ingest.models import IntegrationToken
+from icrlhf.ingest.services import token_create
+
+
+@admin.register(IntegrationToken)
+class IntegrationTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["name", "queue", "prefix", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["queue"]
+    fields = ["queue", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["prefix", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+
+    def save_model(
+        self, request: HttpRequest, obj: IntegrationToken, form: Any, change: bool
+    ) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        record, token = token_create(queue=obj.queue, name=obj.name)
+        obj.pk, obj.token_hash, obj.prefix = record.pk, record.token_hash, record.prefix
+        messages.warning(request, f"The token, shown this once — copy it now: {token}")
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[IntegrationToken]) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        messages.success(request, f"Revoked {count} token(s).")

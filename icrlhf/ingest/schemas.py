@@ -1,0 +1,60 @@
+"""The shape of an incoming ticket, shared by the API and the file import."""
+
+from datetime import datetime
+from typing import Literal
+
+from django.conf import settings
+from ninja import Field, Schema
+from pydantic import field_validator
+
+Priority = Literal["low", "normal", "high", "urgent"]
+MAX_BATCH = 100
+
+
+class TicketIn(Schema):
+    subject: str = Field(..., min_length=1, max_length=500)
+    body: str = Field(..., min_length=1, max_length=settings.ITEM_INPUT_MAX_CHARS)
+    customer: str = Field("", max_length=200)
+    channel: str = Field("", max_length=50)
+    priority: Priority = "normal"
+    sla_due_at: datetime | None = Field(None, description="Default: from the priority's SLA.")
+    external_id: str = Field(
+        "", max_length=200, description="The helpdesk's id; sending it again is idempotent."
+    )
+    category: str = Field("", max_length=200, description="Optional: one of the queue's.")
+
+    @field_validator("subject", "body")
+    @classmethod
+    def not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("sla_due_at")
+    @classmethod
+    def aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("needs a time zone, e.g. 2026-11-21T12:00:00Z")
+        return value
+
+
+class TicketOut(Schema):
+    id: int
+    external_id: str
+    subject: str
+    status: str = Field(..., description="Ticket status: new, open, pending or solved.")
+    review_status: str = Field(..., description="generating, ready, decided or failed.")
+    category: str
+    priority: str
+    sla_due_at: datetime | None
+    triaged_at: datetime | None
+    created: bool = Field(False, description="False when the external id was already known.")
+
+
+class BatchIn(Schema):
+    tickets: list[TicketIn] = Field(..., min_length=1, max_length=MAX_BATCH)
+
+
+class ErrorOut(Schema):
+    detail: str
+    errors: list[dict[str, str]] = []

@@ -1,0 +1,35 @@
+import hashlib
+import secrets
+
+from django.utils import timezone
+
+from icrlhf.ingest.models import IntegrationToken
+from icrlhf.queues.models import Queue
+
+TOKEN_PREFIX = "icr_"
+
+
+def _digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_create(*, queue: Queue, name: str) -> tuple[IntegrationToken, str]:
+    """A new token; the plain token is returned once and never stored."""
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    record = IntegrationToken.objects.create(
+        queue=queue, name=name, token_hash=_digest(token), prefix=token[:12]
+    )
+    return record, token
+
+
+def token_authenticate(*, token: str) -> IntegrationToken | None:
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        return None
+    record = (
+        IntegrationToken.objects.select_related("queue")
+        .filter(token_hash=_digest(token), revoked_at__isnull=True)
+        .first()
+    )
+    if record is not None:
+        IntegrationToken.objects.filter(pk=record.pk).update(last_used_at=timezone.now())
+    return record

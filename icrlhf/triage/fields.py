@@ -1,0 +1,148 @@
+"""Triage results: what a model proposes and a reviewer confirms (category, priority, reply).
+
+Parsing is tolerant of how models format their answers: a JSON object (bare, in a code fence,
+with prose around it, with single quotes or trailing commas) or "Key: value" lines. Anything
+that still does not fit the queue's categories is reported, never guessed at wildly."""
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+
+PRIORITIES = ("low", "normal", "high", "urgent")
+_PRIORITY_SYNONYMS = {
+    "medium": "normal",
+    "moderate": "normal",
+    "standard": "normal",
+    "critical": "urgent",
+    "highest": "urgent",
+    "emergency": "urgent",
+    "lowest": "low",
+    "minor": "low",
+}
+MAX_REPLY_CHARS = 5_000
+
+
+class TriageParseError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TriageFields:
+    category: str
+    priority: str
+    reply: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"category": self.category, "priority": self.priority, "reply": self.reply}
+
+    def as_text(self) -> str:
+        return fields_text(self.as_dict())
+
+
+def fields_text(fields: dict[str, str]) -> str:
+    """The canonical form triage examples carry into later prompts."""
+    ordered = {key: fields.get(key, "") for key in ("category", "priority", "reply")}
+    return json.dumps(ordered, ensure_ascii=False)
+
+
+def _slug(value: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", value.strip().strip("\"'`").lower()).strip("_")
+
+
+def category_match(value: str, categories: list[str]) -> str:
+    if not categories:
+        raise TriageParseError("This queue has no categories configured.")
+    by_slug = {_slug(c): c for c in categories}
+    wanted = _slug(value)
+    if not wanted:
+        raise TriageParseError("No category was given.")
+    if wanted in by_slug:
+        return by_slug[wanted]
+    close = difflib.get_close_matches(wanted, list(by_slug), n=2, cutoff=0.88)
+    if len(close) == 1:
+        return by_slug[close[0]]
+    raise TriageParseError(f"“{value.strip()[:80]}” is not one of the queue's categories.")
+
+
+def priority_match(value: str) -> str:
+    wanted = _slug(value) or "normal"
+    wanted = _PRIORITY_SYNONYMS.get(wanted, wanted)
+    if wanted not in PRIORITIES:
+        raise TriageParseError(
+            f"“{value.strip()[:40]}” is not a priority (low, normal, high, urgent)."
+        )
+    return wanted
+
+
+def fields_validate(
+    *, category: str, priority: str, reply: str, categories: list[str]
+) -> TriageFields:
+    reply = reply.strip()
+    if len(reply) > MAX_REPLY_CHARS:
+        raise TriageParseError(f"The reply is longer than {MAX_REPLY_CHARS:,} characters.")
+    return TriageFields(category_match(category, categories), priority_match(priority), reply)
+
+
+def _json_object(text: str) -> dict[str, object] | None:
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    raw = text[start : end + 1]
+    for attempt in (raw, re.sub(r",\s*([}\]])", r"\1", raw.replace("'", '"'))):
+        try:
+            value = json.loads(attempt)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return {str(k).strip().lower(): v for k, v in value.items()}
+    return None
+
+
+def _key_value_lines(text: str) -> dict[str, object]:
+    found: dict[str, object] = {}
+    reply_lines: list[str] = []
+    in_reply = False
+    for line in text.splitlines():
+        match = re.match(
+            r"^\s*[*#>\-]*\s*(category|priority|reply|response|answer)\s*[*]*\s*[:=]\s*(.*)$",
+            line,
+            re.I,
+        )
+        if match:
+            key, value = match.group(1).lower(), match.group(2)
+            key = "reply" if key in {"response", "answer"} else key
+            in_reply = key == "reply"
+            if in_reply:
+                reply_lines = [value]
+            else:
+                found[key] = value
+        elif in_reply:
+            reply_lines.append(line)
+    if reply_lines:
+        found["reply"] = "\n".join(reply_lines).strip()
+    return found
+
+
+def triage_parse(text: str, categories: list[str]) -> TriageFields:
+    """The triage fields in a model's answer; TriageParseError says why there are none."""
+    data = _json_object(text) or _key_value_lines(text)
+    if "category" not in data:
+        raise TriageParseError("The answer names no category.")
+    reply = data.get("reply", data.get("response", ""))
+    return fields_validate(
+        category=str(data.get("category") or ""),
+        priority=str(data.get("priority") or "normal"),
+        reply=str(reply or ""),
+        categories=categories,
+    )
+
+
+def triage_instructions(categories: list[str]) -> str:
+    """What a triage queue's system prompt adds: the labels and the answer format."""
+    return (
+        "Triage the customer's ticket. Choose exactly one category from this list: "
+        + ", ".join(categories)
+        + ". Choose a priority: low, normal, high or urgent. Write a short reply to the "
+        'customer. Answer with JSON only: {"category": "...", "priority": "...", "reply": "..."}'
+    )

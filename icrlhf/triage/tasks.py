@@ -1,0 +1,16 @@
+from celery import shared_task
+
+from icrlhf.integrations.webhooks import WebhookTransientError
+from icrlhf.triage import services
+
+
+@shared_task(
+    name="triage.ticket_webhook",
+    autoretry_for=(WebhookTransientError,),
+    max_retries=6,
+    retry_backoff=5,
+    retry_backoff_max=600,
+    retry_jitter=True,
+)
+def ticket_webhook(decision_id: int) -> None:
+    services.ticket_webhook_send(decision_id=decision_id)
