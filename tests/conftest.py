@@ -152,3 +152,19 @@ def _clean_test_files() -> Iterator[None]:
         for path in name.parent.glob(name.name + "*"):
             path.unlink(missing_ok=True)
     shutil.rmtree(settings.QDRANT_PATH, ignore_errors=True)
+
+
+@pytest.fixture
+def triage_queue(db: None, user: Any) -> Any:
+    return QueueFactory(
+        kind="triage",
+        categories=["card_arrival", "lost_or_stolen_card", "exchange_rate"],
+        members=[user],
+    )
+
+
+@pytest.fixture
+def api_token(triage_queue: Any) -> str:
+    from icrlhf.ingest.services import token_create
+
+    return token_create(queue=triage_queue, name="tests")[1]

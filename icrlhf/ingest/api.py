@@ -5,7 +5,7 @@ from typing import Any
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Status
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer
 
@@ -34,10 +34,7 @@ api = NinjaAPI(
 @api.exception_handler(NinjaValidationError)
 def validation_failed(request: HttpRequest, error: NinjaValidationError) -> HttpResponse:
     problems = [
-        {
-            "field": ".".join(str(part) for part in problem.get("loc", ()) if part != "payload"),
-            "message": str(problem.get("msg", "invalid")),
-        }
+        {"field": _field_path(problem.get("loc", ())), "message": str(problem.get("msg"))}
         for problem in error.errors
     ]
     return api.create_response(
@@ -45,6 +42,15 @@ def validation_failed(request: HttpRequest, error: NinjaValidationError) -> Http
         {"detail": "The request is invalid; nothing was saved.", "errors": problems},
         status=422,
     )
+
+
+def _field_path(location: Any) -> str:
+    """ninja locates a body field as ("body", "payload", "subject"): keep "subject"."""
+    parts = [str(part) for part in location]
+    for prefix in ("body", "payload"):
+        if parts[:1] == [prefix]:
+            parts = parts[1:]
+    return ".".join(parts) or "body"
 
 
 def _out(item: Item, *, created: bool) -> TicketOut:
@@ -73,13 +79,13 @@ def _create(token: IntegrationToken, ticket: TicketIn) -> tuple[Item, bool]:
 )
 def ticket_post(
     request: HttpRequest, payload: TicketIn
-) -> tuple[int, TicketOut | dict[str, object]]:
+) -> Status[object]:
     token: IntegrationToken = request.auth  # type: ignore[attr-defined]
     try:
         item, created = _create(token, payload)
     except DjangoValidationError as error:
-        return 422, {"detail": " ".join(error.messages), "errors": []}
-    return (201 if created else 200), _out(item, created=created)
+        return Status(422, {"detail": " ".join(error.messages), "errors": []})
+    return Status(201 if created else 200, _out(item, created=created))
 
 
 @api.post(
@@ -87,7 +93,7 @@ def ticket_post(
     response={201: list[TicketOut], 422: ErrorOut},
     summary="Create up to 100 tickets: all or none",
 )
-def tickets_batch(request: HttpRequest, payload: BatchIn) -> tuple[int, object]:
+def tickets_batch(request: HttpRequest, payload: BatchIn) -> Status[object]:
     token: IntegrationToken = request.auth  # type: ignore[attr-defined]
     results: list[TicketOut] = []
     try:
@@ -99,11 +105,14 @@ def tickets_batch(request: HttpRequest, payload: BatchIn) -> tuple[int, object]:
                     raise _BatchRefused(index, " ".join(error.messages)) from error
                 results.append(_out(item, created=created))
     except _BatchRefused as refused:
-        return 422, {
-            "detail": "The batch is invalid; nothing was saved.",
-            "errors": [{"field": f"tickets.{refused.index}", "message": refused.message}],
-        }
-    return 201, results
+        return Status(
+            422,
+            {
+                "detail": "The batch is invalid; nothing was saved.",
+                "errors": [{"field": f"tickets.{refused.index}", "message": refused.message}],
+            },
+        )
+    return Status(201, results)
 
 
 class _BatchRefused(Exception):
@@ -113,19 +122,19 @@ class _BatchRefused(Exception):
 
 
 @api.get("/tickets/{ticket_id}", response={200: TicketOut, 404: ErrorOut}, summary="Read a ticket")
-def ticket_get(request: HttpRequest, ticket_id: int) -> tuple[int, object]:
+def ticket_get(request: HttpRequest, ticket_id: int) -> Status[object]:
     token: IntegrationToken = request.auth  # type: ignore[attr-defined]
     item = Item.objects.filter(queue=token.queue, pk=ticket_id).first()
     if item is None:
-        return 404, {"detail": "No such ticket in this token's queue.", "errors": []}
-    return 200, _out(item, created=False)
+        return Status(404, {"detail": "No such ticket in this token's queue.", "errors": []})
+    return Status(200, _out(item, created=False))
 
 
 def api_urls() -> tuple[Any, str, str]:
     """The API's URL patterns, exempt from the site-wide login (the token authenticates),
     except the docs and the schema, which are for logged-in people."""
-    patterns, _app, _namespace = api.urls
-    for pattern in patterns:
+    urls = api.urls  # a property that builds new patterns on every access: read it once
+    for pattern in urls[0]:
         if getattr(pattern, "name", "") not in {"openapi-json", "openapi-view"}:
             pattern.callback.login_required = False  # type: ignore[union-attr]
-    return api.urls  # type: ignore[no-any-return]
+    return urls  # type: ignore[no-any-return]
