@@ -77,9 +77,7 @@ def _create(token: IntegrationToken, ticket: TicketIn) -> tuple[Item, bool]:
     response={201: TicketOut, 200: TicketOut, 422: ErrorOut},
     summary="Create a ticket (idempotent on external_id)",
 )
-def ticket_post(
-    request: HttpRequest, payload: TicketIn
-) -> Status[object]:
+def ticket_post(request: HttpRequest, payload: TicketIn) -> Status[object]:
     token: IntegrationToken = request.auth  # type: ignore[attr-defined]
     try:
         item, created = _create(token, payload)

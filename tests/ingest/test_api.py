@@ -46,7 +46,11 @@ def test_a_ticket_is_created_with_its_sla_and_queued_for_triage(
     body = response.json()
     item = Item.objects.get()
     assert body["id"] == item.pk and body["created"] is True
-    assert (body["status"], body["review_status"], body["priority"]) == ("new", "generating", "high")
+    assert (body["status"], body["review_status"], body["priority"]) == (
+        "new",
+        "generating",
+        "high",
+    )
     assert item.queue == triage_queue and item.source == "api"
     assert item.input_text == f"{TICKET['subject']}\n\n{TICKET['body']}"
     assert item.sla_due_at is not None
@@ -54,9 +58,7 @@ def test_a_ticket_is_created_with_its_sla_and_queued_for_triage(
     assert len(callbacks) == 1  # the triage generation
 
 
-def test_sending_the_same_external_id_again_changes_nothing(
-    client: Client, api_token: str
-) -> None:
+def test_sending_the_same_external_id_again_changes_nothing(client: Client, api_token: str) -> None:
     first = post(client, "/api/v1/tickets", TICKET, api_token)
     again = post(client, "/api/v1/tickets", {**TICKET, "subject": "changed"}, api_token)
     assert (first.status_code, again.status_code) == (201, 200)

@@ -254,9 +254,7 @@ def test_a_reviewer_edits_a_candidate_and_the_next_item_remembers_it(
     expect(retrieved).to_contain_text(f"edited on item {decision.item_id}")
 
 
-def test_a_refused_decision_keeps_the_draft(
-    live_server: Any, page: Page, reviewer: Any
-) -> None:
+def test_a_refused_decision_keeps_the_draft(live_server: Any, page: Page, reviewer: Any) -> None:
     queue = QueueFactory(members=[reviewer])
     (item,) = ready_items(queue, 1)
     log_in(page, live_server.url, reviewer.username)

@@ -1,0 +1,28 @@
+"""Schemathesis generates requests from the API's own OpenAPI schema: none may end in a
+server error, whatever the input."""
+
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+
+from icrlhf.ingest.api import api
+from icrlhf.wsgi import application
+
+schema = schemathesis.openapi.from_dict(api.get_openapi_schema(path_prefix="/api/v1"))
+schema.app = application
+
+
+@pytest.mark.django_db(transaction=True)
+@schema.parametrize()
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_no_input_makes_the_api_fail(case: Any, api_token: str) -> None:
+    case.call_and_validate(
+        headers={"Authorization": f"Bearer {api_token}"}, checks=[not_a_server_error]
+    )

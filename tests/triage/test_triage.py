@@ -1,0 +1,185 @@
+import hashlib
+import hmac
+import json
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from threading import Thread
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.test import Client
+from django.utils import timezone
+
+from icrlhf.generation.models import Candidate
+from icrlhf.integrations.webhooks import WebhookTransientError
+from icrlhf.memory.models import Example
+from icrlhf.queues.models import Item
+from icrlhf.review import services as review_services
+from icrlhf.triage import services, tasks
+from icrlhf.triage.sla import sla_ordered, sla_state
+from tests.factories import ItemFactory, ready_generation
+
+pytestmark = pytest.mark.django_db
+
+GOOD = {"category": "card_arrival", "priority": "high", "reply": "It ships today."}
+
+
+def triage_item(queue: Any, *candidates: dict[str, str] | None) -> Item:
+    item = ItemFactory(queue=queue, subject="Card?", body="Where is my card?")
+    generation = ready_generation(item, [json.dumps(c) if c else "gibberish" for c in candidates])
+    for candidate, fields in zip(
+        generation.candidates.order_by("position"), candidates, strict=True
+    ):
+        Candidate.objects.filter(pk=candidate.pk).update(
+            fields=fields, parse_error="" if fields else "The answer names no category."
+        )
+    return item
+
+
+def decide(item: Item, user: Any, index: int, **corrections: str) -> Any:
+    candidate = item.generations.get().candidates.order_by("position")[index]
+    return review_services.decision_record(
+        item_id=item.pk,
+        reviewer=user,
+        verdict="chosen",
+        candidate_id=candidate.pk,
+        corrections=corrections,
+    )
+
+
+def test_picking_a_triage_confirms_it_and_writes_it_back(triage_queue: Any, user: Any) -> None:
+    item = triage_item(triage_queue, GOOD, {**GOOD, "category": "exchange_rate"})
+    decision = decide(item, user, 0)
+    assert decision.verdict == "chosen" and decision.final_fields == GOOD
+    item.refresh_from_db()
+    assert (item.category, item.priority, item.ticket_status) == ("card_arrival", "high", "open")
+    assert item.triaged_at is not None
+    preferred = Example.objects.get(role="preferred")
+    assert json.loads(preferred.output_text) == GOOD
+    assert preferred.input_text == item.input_text
+
+
+def test_a_corrected_field_makes_an_edit(triage_queue: Any, user: Any) -> None:
+    item = triage_item(triage_queue, GOOD)
+    decision = decide(item, user, 0, category="lost_or_stolen_card", priority="")
+    assert decision.verdict == "edited"
+    assert decision.final_fields == {**GOOD, "category": "lost_or_stolen_card"}
+    assert Item.objects.get(pk=item.pk).category == "lost_or_stolen_card"
+    rejected = Example.objects.get(role="rejected")
+    assert json.loads(rejected.output_text) == GOOD  # the model's triage, as it proposed it
+
+
+def test_an_invalid_candidate_can_be_the_base_of_a_full_correction(
+    triage_queue: Any, user: Any
+) -> None:
+    item = triage_item(triage_queue, None)
+    with pytest.raises(ValidationError, match="The triage is incomplete: No category"):
+        decide(item, user, 0)
+    decision = decide(item, user, 0, category="exchange_rate", priority="low", reply="See app.")
+    assert decision.verdict == "edited"
+    assert decision.final_fields == {
+        "category": "exchange_rate",
+        "priority": "low",
+        "reply": "See app.",
+    }
+    assert Example.objects.get(role="rejected").output_text == "gibberish"
+
+
+def test_tickets_are_worked_most_urgent_first(triage_queue: Any) -> None:
+    now = timezone.now()
+    late_normal = ItemFactory(
+        queue=triage_queue, priority="normal", sla_due_at=now - timedelta(hours=1)
+    )
+    urgent = ItemFactory(queue=triage_queue, priority="urgent", sla_due_at=now + timedelta(hours=2))
+    soon_normal = ItemFactory(
+        queue=triage_queue, priority="normal", sla_due_at=now + timedelta(minutes=30)
+    )
+    low = ItemFactory(queue=triage_queue, priority="low", sla_due_at=now + timedelta(days=2))
+    ordered = list(sla_ordered(Item.objects.filter(queue=triage_queue)))
+    assert ordered == [urgent, late_normal, soon_normal, low]
+    assert [sla_state(i, now) for i in ordered] == ["", "breached", "due soon", ""]
+
+
+def test_next_item_in_a_triage_queue_takes_the_most_urgent(triage_queue: Any, user: Any) -> None:
+    normal = triage_item(triage_queue, GOOD)
+    urgent = triage_item(triage_queue, GOOD)
+    Item.objects.filter(pk=urgent.pk).update(priority="urgent")
+    assert review_services.claim_next(queue=triage_queue, reviewer=user) == urgent
+    assert normal != urgent
+
+
+def test_the_ticket_list_filters_and_shows_sla_badges(triage_queue: Any, logged_in: Client) -> None:
+    ItemFactory(
+        queue=triage_queue,
+        subject="Breached one",
+        priority="high",
+        sla_due_at=timezone.now() - timedelta(minutes=5),
+        channel="email",
+    )
+    ItemFactory(
+        queue=triage_queue,
+        subject="Chat one",
+        channel="chat",
+        category="exchange_rate",
+        sla_due_at=timezone.now() + timedelta(hours=5),
+    )
+    page = logged_in.get(f"/q/{triage_queue.slug}/").content.decode()
+    assert "Breached one" in page and "Chat one" in page
+    assert 'class="badge sla-breached">breached' in page
+    filtered = logged_in.get(f"/q/{triage_queue.slug}/?channel=chat&category=exchange_rate")
+    assert "Chat one" in filtered.content.decode()
+    assert "Breached one" not in filtered.content.decode()
+
+
+class Receiver:
+    """A helpdesk's webhook endpoint on loopback, answering with the given statuses."""
+
+    def __init__(self, statuses: list[int]) -> None:
+        self.statuses, self.requests = statuses, []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append((dict(self.headers), body))
+                self.send_response(receiver.statuses.pop(0) if receiver.statuses else 200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+
+def test_a_triaged_ticket_is_posted_signed_and_retried_on_a_5xx(
+    triage_queue: Any, user: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    receiver = Receiver([503])
+    triage_queue.webhook_url, triage_queue.webhook_secret = receiver.url, "s3cret"
+    triage_queue.save()
+    item = triage_item(triage_queue, GOOD)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        decision = decide(item, user, 0)
+    assert len(callbacks) == 2  # index the examples, send the webhook
+
+    with pytest.raises(WebhookTransientError, match="answered 503"):
+        services.ticket_webhook_send(decision_id=decision.pk)
+    result = tasks.ticket_webhook.apply(args=[decision.pk])  # eager: retries inline
+    assert result.successful()
+    headers, body = receiver.requests[-1]
+    expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    assert headers["X-Icrlhf-Signature"] == expected
+    assert headers["X-Icrlhf-Event"] == "ticket.triaged"
+    payload = json.loads(body)
+    assert payload["triage"] == GOOD
+    assert payload["ticket"] == {
+        "id": item.pk,
+        "external_id": "",
+        "subject": "Card?",
+        "status": "open",
+    }
+    receiver.server.shutdown()
