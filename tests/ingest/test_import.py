@@ -32,13 +32,13 @@ def test_a_csv_is_imported_and_importing_it_again_changes_nothing(triage_queue: 
 
 def test_bad_rows_are_listed_and_good_rows_imported(triage_queue: Any) -> None:
     data = (
-        "subject,body,priority,sla_due_at,category\n"
-        "ok,fine ticket,low,,\n"
-        ",no subject,,,\n"
-        "bad priority,text,asap,,\n"
-        "bad date,text,,tomorrow,\n"
-        "bad category,text,,,mortgages\n"
-    ).encode()
+        b"subject,body,priority,sla_due_at,category\n"
+        b"ok,fine ticket,low,,\n"
+        b",no subject,,,\n"
+        b"bad priority,text,asap,,\n"
+        b"bad date,text,,tomorrow,\n"
+        b"bad category,text,,,mortgages\n"
+    )
     report = tickets_import(queue=triage_queue, data=data, filename="mixed.csv")
     assert report.created == 1
     assert [p.row for p in report.problems] == [3, 4, 5, 6]

@@ -1,6 +1,7 @@
 """The review workbench in a real browser: Debian's headless Chromium driven by Playwright,
 against the live Django server. One test also runs the real worker end to end."""
 
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,7 @@ from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.models import Claim, Decision
 from icrlhf.review.services import decision_record
+from icrlhf.triage.services import ticket_create
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
@@ -275,3 +277,59 @@ def test_a_refused_decision_keeps_the_draft(live_server: Any, page: Page, review
     draft = page.evaluate("Object.keys(localStorage).filter(k => k.startsWith('icrlhf:draft'))")
     assert len(draft) == 1
     assert "My careful rewrite." in page.evaluate(f"localStorage.getItem('{draft[0]}')")
+
+
+def test_a_ticket_is_triaged_end_to_end(
+    worker_process: WorkerProcess,
+    fixed_llm: Any,
+    live_server: Any,
+    page: Page,
+    reviewer: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def triage_answer(request: dict[str, Any]) -> tuple[int, bytes]:
+        answer = fixed_llm.answer(request)
+        answer["choices"][0]["message"]["content"] = (
+            'Here you go: {"category": "exchange_rate", "priority": "low", '
+            '"reply": "We will look into it."}'
+        )
+        return 200, json.dumps(answer).encode()
+
+    monkeypatch.setattr(fixed_llm, "respond", triage_answer)
+    queue = QueueFactory(
+        name="Triage",
+        kind="triage",
+        n_candidates=2,
+        members=[reviewer],
+        categories=["card_arrival", "exchange_rate", "lost_or_stolen_card"],
+    )
+    item, _ = ticket_create(
+        queue=queue,
+        subject="Card never came",
+        body="I ordered a card a month ago.",
+        customer="ana@example.com",
+        channel="email",
+        priority="urgent",
+        source="api",
+    )
+    log_in(page, live_server.url, reviewer.username)
+    page.get_by_role("link", name="Triage").click()
+    row = page.get_by_role("row").filter(has_text="Card never came")
+    expect(row).to_contain_text("Urgent")
+    expect(row).to_contain_text("New")
+    row.get_by_role("link", name="Card never came").click()
+    expect(page.get_by_text("2 of 2 ready")).to_be_visible()
+    expect(page.locator(".triage-fields").first).to_contain_text("exchange_rate")
+    page.wait_for_load_state()
+
+    page.keyboard.press("1")
+    expect(page.get_by_label("Category")).to_have_value("exchange_rate")
+    page.get_by_label("Category").select_option("card_arrival")
+    page.get_by_label("Priority", exact=True).select_option("urgent")
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_text(f"Saved item {item.pk}: edited.")).to_be_visible()
+
+    item.refresh_from_db()
+    assert (item.category, item.priority, item.ticket_status) == ("card_arrival", "urgent", "open")
+    page.goto(f"{live_server.url}/q/{queue.slug}/?category=card_arrival")
+    expect(page.get_by_role("row").filter(has_text="Card never came")).to_contain_text("Open")
