@@ -101,7 +101,7 @@ def demo_triage_queue_ensure(*, data_dir: Path) -> tuple[Queue | None, int]:
         text = messages[intent][1]
         ticket_create(
             queue=queue,
-            subject=text if len(text) <= 60 else text[:57].rsplit(" ", 1)[0] + "…",
+            subject=" ".join(text.split()[:5]) + ("…" if len(text.split()) > 5 else ""),
             body=text,
             customer=f"customer{number + 1}@example.com",
             channel=rng.choice(["email", "chat", "phone"]),

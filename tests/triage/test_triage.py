@@ -183,3 +183,29 @@ def test_a_triaged_ticket_is_posted_signed_and_retried_on_a_5xx(
         "status": "open",
     }
     receiver.server.shutdown()
+
+
+def test_a_ticket_typed_in_by_hand_gets_its_sla_and_triage(
+    triage_queue: Any, logged_in: Client, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=False):
+        response = logged_in.post(
+            f"/q/{triage_queue.slug}/",
+            {
+                "subject": "Lost card",
+                "body": "I lost my card",
+                "priority": "urgent",
+                "channel": "phone",
+            },
+        )
+    item = Item.objects.get()
+    assert response["Location"] == f"/items/{item.pk}/"
+    assert (item.subject, item.body, item.priority, item.source) == (
+        "Lost card",
+        "I lost my card",
+        "urgent",
+        "ui",
+    )
+    assert item.sla_due_at is not None
+    bad = logged_in.post(f"/q/{triage_queue.slug}/", {"subject": "", "body": ""})
+    assert bad.status_code == 400 and "This field is required." in bad.content.decode()
