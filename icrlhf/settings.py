@@ -187,6 +187,9 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
+# Only the maintenance tasks that answer a management command keep a result, for an hour.
+CELERY_RESULT_BACKEND = env_str("RESULT_BACKEND_URL", "") or CELERY_BROKER_URL
+CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # --- LLM (any litellm model) ----------------------------------------------------------------
@@ -220,6 +223,8 @@ QDRANT_PATH = Path(env_str("QDRANT_PATH", str(VAR_DIR / "qdrant")))
 QDRANT_COLLECTION_PREFIX = env_str("QDRANT_COLLECTION_PREFIX", "icrlhf")
 # How often the sweeper re-enqueues examples that are still unindexed.
 MEMORY_SWEEP_INTERVAL_S = env_int("MEMORY_SWEEP_INTERVAL_S", 60)
+# How often low-utility examples are retired (thresholds are per queue).
+MEMORY_PRUNE_INTERVAL_S = env_int("MEMORY_PRUNE_INTERVAL_S", 3600)
 
 # --- Input limits ----------------------------------------------------------------------------
 ITEM_INPUT_MAX_CHARS = env_int("ITEM_INPUT_MAX_CHARS", 20_000)

@@ -27,6 +27,10 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
         sender.signature("memory.examples_sweep"),
         name="re-index examples still pending or failed",
     )
+    sender.add_periodic_task(
+        settings.MEMORY_PRUNE_INTERVAL_S, sender.signature("memory.examples_prune"),
+        name="retire low-utility examples",
+    )
 
 
 @worker_ready.connect

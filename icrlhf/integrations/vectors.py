@@ -162,3 +162,54 @@ def count(*, collection: str) -> int:
         if not client.collection_exists(collection):
             return 0
         return int(client.count(collection, exact=True).count)
+
+
+def payload_set(*, collection: str, ids: Sequence[uuid.UUID], payload: dict[str, Any]) -> None:
+    """Change fields of the points' payloads in place (no re-embedding, O(points changed))."""
+    if not ids:
+        return
+    with _store() as client:
+        if client.collection_exists(collection):
+            client.set_payload(collection, payload=payload, points=[str(i) for i in ids], wait=True)
+
+
+def point_ids(*, collection: str) -> set[uuid.UUID]:
+    """Every point id in the collection (for drift checks)."""
+    found: set[uuid.UUID] = set()
+    with _store() as client:
+        if not client.collection_exists(collection):
+            return found
+        offset = None
+        while True:
+            points, offset = client.scroll(
+                collection, limit=1000, offset=offset, with_payload=False, with_vectors=False
+            )
+            found.update(uuid.UUID(str(point.id)) for point in points)
+            if offset is None:
+                return found
+
+
+def collection_drop(*, collection: str) -> None:
+    with _store() as client:
+        if client.collection_exists(collection):
+            client.delete_collection(collection)
+
+
+def search_among(
+    *, collection: str, vector: list[float], ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, float]:
+    """Similarity of the given points to the vector (to rank pinned examples)."""
+    from qdrant_client import models
+
+    if not ids:
+        return {}
+    with _store() as client:
+        if not client.collection_exists(collection):
+            return {}
+        result = client.query_points(
+            collection,
+            query=vector,
+            query_filter=models.Filter(must=[models.HasIdCondition(has_id=[str(i) for i in ids])]),
+            limit=len(ids),
+        )
+    return {uuid.UUID(str(point.id)): float(point.score) for point in result.points}

@@ -1,22 +1,256 @@
-from django.contrib import admin
+"""Curation in the admin. Every action goes through icrlhf.memory.curation, which logs it and
+sends the change to the vector store through the worker."""
 
-from icrlhf.memory.models import Example
+from typing import Any, cast
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ActionForm
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+
+from icrlhf.memory import curation
+from icrlhf.memory.models import CurationEvent, Example
+
+
+def _actor(request: HttpRequest) -> User:
+    return cast(User, request.user)  # the admin only lets logged-in staff in
+
+
+class UtilityFilter(admin.SimpleListFilter):
+    title = "utility"
+    parameter_name = "utility"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("low", "below 0.3"), ("mid", "0.3 to 0.7"), ("high", "above 0.7")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Example]) -> QuerySet[Example]:
+        ranges = {"low": (0, 0.3), "mid": (0.3, 0.7), "high": (0.7, 1.01)}
+        if self.value() not in ranges:
+            return queryset
+        low, high = ranges[self.value()]  # type: ignore[index]
+        return queryset.filter(utility__gte=low, utility__lt=high)
+
+
+class RewardFilter(admin.SimpleListFilter):
+    title = "reward"
+    parameter_name = "reward"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("1", "1.0 (preferred)"), ("0", "0.0 (rejected)")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Example]) -> QuerySet[Example]:
+        if self.value() in {"0", "1"}:
+            return queryset.filter(reward=float(self.value()))  # type: ignore[arg-type]
+        return queryset
+
+
+class WeightActionForm(ActionForm):
+    weight = forms.FloatField(
+        required=False, min_value=0, max_value=curation.MAX_WEIGHT, help_text="for “Reweight”"
+    )
 
 
 @admin.register(Example)
 class ExampleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["pk", "queue", "role", "reward", "status", "index_state", "created_at"]
-    list_filter = ["queue", "role", "status", "index_state"]
-    search_fields = ["input_text", "output_text"]
-    readonly_fields = [
-        "decision",
-        "candidate",
-        "times_retrieved",
-        "times_accepted",
+    list_display = [
+        "short_input",
+        "queue",
+        "role",
+        "status",
+        "reward",
+        "weight",
         "utility",
+        "times_retrieved",
         "index_state",
-        "index_error",
-        "embedding_model",
-        "indexed_at",
+        "duplicate_flag",
         "created_at",
     ]
+    list_filter = [
+        "queue",
+        "role",
+        "status",
+        RewardFilter,
+        UtilityFilter,
+        "index_state",
+        "created_at",
+    ]
+    search_fields = ["input_text", "output_text"]
+    action_form = WeightActionForm
+    actions = ["pin", "retire", "restore", "reweight", "merge", "delete_selected_examples"]
+    fields = [
+        "queue",
+        "role",
+        "status",
+        "input_text",
+        "output_text",
+        "weight",
+        "provenance",
+        "usage",
+        "similar_examples",
+        "retired_reason",
+    ]
+    readonly_fields = [
+        "queue",
+        "role",
+        "status",
+        "input_text",
+        "weight",
+        "provenance",
+        "usage",
+        "similar_examples",
+        "retired_reason",
+    ]
+
+    def get_actions(self, request: HttpRequest, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        actions = super().get_actions(request, *args, **kwargs)
+        actions.pop("delete_selected", None)  # ours logs and cleans the store
+        return actions
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # examples come from decisions
+
+    @admin.display(description="input")
+    def short_input(self, example: Example) -> str:
+        return example.input_text[:80]
+
+    @admin.display(description="near-duplicate", boolean=True)
+    def duplicate_flag(self, example: Example) -> bool:
+        return example.duplicate_of_id is not None
+
+    @admin.display(description="provenance")
+    def provenance(self, example: Example) -> str:
+        decision = example.decision
+        generation = decision.generation
+        item_url = reverse("review:item", args=[decision.item_id])
+        prompt = "\n\n".join(f"[{m['role']}] {m['content']}" for m in generation.messages)
+        return format_html(
+            "Decision: {} by {} on {} (<a href='{}'>item {}</a>)<br>Generation {}: model {}, "
+            "params {}<br>Candidate: {}<details><summary>Prompt</summary><pre>{}</pre></details>",
+            decision.get_verdict_display(),
+            decision.reviewer,
+            decision.created_at,
+            item_url,
+            decision.item_id,
+            generation.pk,
+            generation.model,
+            generation.params,
+            example.candidate_id or "–",
+            prompt,
+        )
+
+    @admin.display(description="usage")
+    def usage(self, example: Example) -> str:
+        generations = example.retrievals.count()
+        return format_html(
+            "Retrieved into {} generation(s); counted at decision: {} retrieval(s), {} "
+            "accepted; utility {:.2f}; last retrieved {}",
+            generations,
+            example.times_retrieved,
+            example.times_accepted,
+            example.utility,
+            example.last_retrieved_at or "never",
+        )
+
+    @admin.display(description="similar examples")
+    def similar_examples(self, example: Example) -> str:
+        if not example.similar:
+            return "Not computed yet (the worker does it after indexing)."
+        return format_html_join(
+            "",
+            "<div><a href='{}'>{}</a> cosine {}</div>",
+            (
+                (reverse("admin:memory_example_change", args=[s["id"]]), s["id"][:8], s["score"])
+                for s in example.similar
+            ),
+        )
+
+    def save_model(self, request: HttpRequest, obj: Example, form: Any, change: bool) -> None:
+        if "output_text" in form.changed_data:
+            curation.example_output_edit(
+                example_id=obj.pk,
+                output_text=obj.output_text,
+                actor=_actor(request),
+            )
+
+    def delete_model(self, request: HttpRequest, obj: Example) -> None:
+        curation.examples_delete(ids=[obj.pk], actor=_actor(request))
+
+    def _set(
+        self, request: HttpRequest, queryset: QuerySet[Example], status: str, verb: str
+    ) -> None:
+        count = curation.examples_status_set(
+            ids=list(queryset.values_list("pk", flat=True)),
+            status=status,
+            actor=_actor(request),
+            reason=f"{verb} by {request.user}",
+        )
+        messages.success(request, f"{verb.capitalize()} {count} example(s).")
+
+    @admin.action(description="Pin (always in the prompt)")
+    def pin(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
+        self._set(request, queryset, Example.Status.PINNED, "pinned")
+
+    @admin.action(description="Retire (never retrieved)")
+    def retire(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
+        self._set(request, queryset, Example.Status.RETIRED, "retired")
+
+    @admin.action(description="Restore (active again)")
+    def restore(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
+        self._set(request, queryset, Example.Status.ACTIVE, "restored")
+
+    @admin.action(description="Reweight (to the weight given)")
+    def reweight(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
+        raw = request.POST.get("weight", "")
+        try:
+            count = curation.examples_reweight(
+                ids=list(queryset.values_list("pk", flat=True)),
+                weight=float(raw),
+                actor=_actor(request),
+            )
+        except (ValueError, ValidationError):
+            messages.error(request, f"Give a weight between 0 and {curation.MAX_WEIGHT:g}.")
+            return
+        messages.success(request, f"Reweighted {count} example(s) to {float(raw):g}.")
+
+    @admin.action(description="Merge near-duplicates into the oldest")
+    def merge(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
+        try:
+            kept = curation.examples_merge(
+                ids=list(queryset.values_list("pk", flat=True)),
+                actor=_actor(request),
+            )
+        except ValidationError as error:
+            messages.error(request, " ".join(error.messages))
+            return
+        messages.success(request, f"Merged into {kept.pk}.")
+
+    @admin.action(description="Delete (from the database and the store)")
+    def delete_selected_examples(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
+        count = curation.examples_delete(
+            ids=list(queryset.values_list("pk", flat=True)),
+            actor=_actor(request),
+        )
+        messages.success(request, f"Deleted {count} example(s).")
+
+
+@admin.register(CurationEvent)
+class CurationEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """The audit log: read-only."""
+
+    list_display = ["created_at", "actor", "action", "example_id", "queue", "detail"]
+    list_filter = ["action", "queue", "created_at"]
+    search_fields = ["example_id"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False

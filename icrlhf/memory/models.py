@@ -1,5 +1,6 @@
 import uuid
 
+from django.conf import settings
 from django.db import models
 
 from icrlhf.generation.models import Candidate, Generation
@@ -40,10 +41,28 @@ class Example(models.Model):
     reward = models.FloatField()
     role = models.CharField(max_length=10, choices=Role.choices)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
-    weight = models.FloatField(default=1.0)
+    weight = models.FloatField(
+        default=1.0, help_text="Multiplies the similarity when examples are ranked (0–10)."
+    )
+    # Usage, counted when an item whose prompt carried this example is decided.
     times_retrieved = models.PositiveIntegerField(default=0)
     times_accepted = models.PositiveIntegerField(default=0)
-    utility = models.FloatField(null=True, blank=True)
+    utility = models.FloatField(
+        default=0.5, help_text="Smoothed acceptance rate: (accepted + 1) / (retrieved + 2)."
+    )
+    last_retrieved_at = models.DateTimeField(null=True, blank=True)
+    retired_reason = models.CharField(max_length=300, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    # Computed by the worker after indexing: the closest other examples of the queue.
+    similar = models.JSONField(default=list, blank=True)
+    duplicate_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="duplicates",
+        help_text="An older preferred example this one nearly repeats (cosine above 0.95).",
+    )
     index_state = models.CharField(
         max_length=10, choices=IndexState.choices, default=IndexState.PENDING
     )
@@ -76,3 +95,27 @@ class Retrieval(models.Model):
 
     def __str__(self) -> str:
         return f"Example {self.example_id} at rank {self.rank} of generation {self.generation_id}"
+
+
+class CurationEvent(models.Model):
+    """Who changed what in the memory, and when. Written by every curation service."""
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        help_text="Empty for the automatic pruning.",
+    )
+    action = models.CharField(max_length=30)
+    example_id = models.UUIDField(db_index=True)
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="curation_events")
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        who = self.actor or "automatic pruning"
+        return f"{self.action} of {self.example_id} by {who}"

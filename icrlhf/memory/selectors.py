@@ -27,48 +27,59 @@ def _cosine(a: list[float], b: list[float]) -> float:
 def examples_retrieve(
     *, queue: Queue, query_text: str, k: int, token_budget: int
 ) -> list[RetrievedExample]:
-    """The queue's preferred, non-retired examples most similar to the query, best first.
+    """The queue's preferred examples for a query, best first.
 
-    Pinned examples come first; near-duplicates are dropped; whole examples are added until
-    the next one would exceed the token budget (an example is never cut).
+    Pinned examples always come first (a curator pinned them to be in every prompt); then the
+    most similar active ones, ranked by similarity × weight, without near-duplicates. Whole
+    examples are added until the next one would exceed the token budget (never cut).
     """
     if k <= 0:
         return []
-    hits = vectors.search(
-        collection=vectors.collection_name(queue.slug),
-        vector=embeddings.embed_text(query_text),
-        limit=k * _OVERFETCH,
-        min_score=queue.min_similarity,
-        match={
-            "role": [Example.Role.PREFERRED],
-            "status": [Example.Status.ACTIVE, Example.Status.PINNED],
-        },
+    collection = vectors.collection_name(queue.slug)
+    vector = embeddings.embed_text(query_text)
+    pinned = list(
+        Example.objects.filter(
+            queue=queue, role=Example.Role.PREFERRED, status=Example.Status.PINNED
+        ).order_by("created_at")[:k]
     )
-    # The database is the source of truth: a point whose row is gone or retired is stale.
+    pinned_scores = vectors.search_among(
+        collection=collection, vector=vector, ids=[e.pk for e in pinned]
+    )
+    pinned.sort(key=lambda e: -pinned_scores.get(e.pk, 0.0))
+    hits = vectors.search(
+        collection=collection,
+        vector=vector,
+        limit=k * _OVERFETCH,
+        match={"role": [Example.Role.PREFERRED], "status": [Example.Status.ACTIVE]},
+        min_score=queue.min_similarity,
+    )
+    # The database is the source of truth: a point whose row is gone or changed is stale.
     rows = Example.objects.in_bulk([hit.id for hit in hits])
     live = [
         (hit, rows[hit.id])
         for hit in hits
         if hit.id in rows
         and rows[hit.id].role == Example.Role.PREFERRED
-        and rows[hit.id].status != Example.Status.RETIRED
+        and rows[hit.id].status == Example.Status.ACTIVE
     ]
-    live.sort(key=lambda pair: (pair[1].status != Example.Status.PINNED, -pair[0].score))
+    live.sort(key=lambda pair: -pair[0].score * pair[1].weight)
 
-    kept: list[tuple[vectors.Hit, Example]] = []
+    ranked: list[tuple[float, Example]] = [(pinned_scores.get(e.pk, 0.0), e) for e in pinned]
+    kept_vectors: list[list[float]] = []
     for hit, example in live:
-        if any(_cosine(hit.vector, other.vector) > NEAR_DUPLICATE_COSINE for other, _ in kept):
-            continue
-        kept.append((hit, example))
-        if len(kept) == k:
+        if len(ranked) >= k:
             break
+        if any(_cosine(hit.vector, other) > NEAR_DUPLICATE_COSINE for other in kept_vectors):
+            continue
+        kept_vectors.append(hit.vector)
+        ranked.append((hit.score, example))
 
     chosen: list[RetrievedExample] = []
     used_tokens = 0
-    for hit, example in kept:
+    for score, example in ranked:
         tokens = llm.count_tokens(example.input_text) + llm.count_tokens(example.output_text)
         if used_tokens + tokens > token_budget:
             break
         used_tokens += tokens
-        chosen.append(RetrievedExample(example=example, score=hit.score, rank=len(chosen) + 1))
+        chosen.append(RetrievedExample(example=example, score=score, rank=len(chosen) + 1))
     return chosen

@@ -94,7 +94,7 @@ def retrievals_record(*, generation: Generation, retrieved: Sequence[RetrievedEx
     )
 
 
-def examples_index(*, example_ids: Sequence[UUID | str]) -> int:
+def examples_index(*, example_ids: Sequence[UUID | str], neighbours: bool = True) -> int:
     """Embed and upsert examples that still need it; returns how many were indexed.
 
     Idempotent: the example UUID is the point id, so indexing twice overwrites the same point.
@@ -115,12 +115,7 @@ def examples_index(*, example_ids: Sequence[UUID | str]) -> int:
             vectors.Point(
                 id=example.pk,
                 vector=vector_of[example.input_text],
-                payload={
-                    "queue_id": example.queue_id,
-                    "role": example.role,
-                    "status": example.status,
-                    "reward": example.reward,
-                },
+                payload=_payload(example),
             )
         )
     ids = [example.pk for example in examples]
@@ -138,7 +133,56 @@ def examples_index(*, example_ids: Sequence[UUID | str]) -> int:
         embedding_model=embeddings.model_id(),
         indexed_at=timezone.now(),
     )
+    if neighbours:  # after the state is saved: they are not part of "retrievable"
+        _neighbours_record(examples, vector_of)
     return len(ids)
+
+
+def _payload(example: Example) -> dict[str, object]:
+    return {
+        "queue_id": example.queue_id,
+        "role": example.role,
+        "status": example.status,
+        "weight": example.weight,
+        "reward": example.reward,
+    }
+
+
+def examples_payload_sync(*, example_ids: Sequence[UUID | str]) -> int:
+    """Bring the points' status and weight in line with the database (one update a point)."""
+    examples = Example.objects.filter(pk__in=list(example_ids)).select_related("queue")
+    for example in examples:
+        vectors.payload_set(
+            collection=vectors.collection_name(example.queue.slug),
+            ids=[example.pk],
+            payload={"status": example.status, "weight": example.weight},
+        )
+    return len(examples)
+
+
+def _neighbours_record(examples: Sequence[Example], vector_of: dict[str, list[float]]) -> None:
+    """For each preferred example: its closest preferred neighbours, and the older example it
+    nearly repeats, if any (cosine above NEAR_DUPLICATE_COSINE). A curation aid."""
+    from icrlhf.memory.selectors import NEAR_DUPLICATE_COSINE
+
+    for example in examples:
+        if example.role != Example.Role.PREFERRED:
+            continue
+        hits = vectors.search(
+            collection=vectors.collection_name(example.queue.slug),
+            vector=vector_of[example.input_text],
+            limit=6,
+            match={"role": [Example.Role.PREFERRED]},
+        )
+        neighbours = [h for h in hits if h.id != example.pk][:5]
+        older = Example.objects.filter(
+            pk__in=[h.id for h in neighbours if h.score > NEAR_DUPLICATE_COSINE],
+            created_at__lt=example.created_at,
+        ).order_by("created_at")
+        Example.objects.filter(pk=example.pk).update(
+            similar=[{"id": str(h.id), "score": round(h.score, 4)} for h in neighbours],
+            duplicate_of=older.first(),
+        )
 
 
 def examples_unindexed(*, limit: int = 500) -> list[str]:

@@ -1,7 +1,9 @@
 from typing import Any
+from uuid import UUID
 
 from celery import shared_task
 
+from icrlhf.integrations import vectors
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.memory import services
 
@@ -35,3 +37,38 @@ def examples_sweep() -> None:
     ids = services.examples_unindexed()
     for start in range(0, len(ids), _SWEEP_BATCH):
         examples_index.delay(ids[start : start + _SWEEP_BATCH])
+
+
+@shared_task(name="memory.examples_payload_sync", **_STORE_RETRIES)
+def examples_payload_sync(example_ids: list[str]) -> None:
+    services.examples_payload_sync(example_ids=example_ids)
+
+
+@shared_task(name="memory.examples_points_delete", **_STORE_RETRIES)
+def examples_points_delete(collection: str, point_ids: list[str]) -> None:
+    vectors.delete(collection=collection, ids=[UUID(p) for p in point_ids])
+
+
+@shared_task(name="memory.examples_prune")
+def examples_prune() -> None:
+    """Periodic: retire low-utility examples in every queue (thresholds per queue)."""
+    from icrlhf.memory.curation import examples_prune as prune
+    from icrlhf.queues.models import Queue
+
+    for queue in Queue.objects.all():
+        prune(queue=queue)
+
+
+# These two answer the management commands, through the worker that owns the store.
+@shared_task(name="memory.check", ignore_result=False)
+def memory_check(queue_slug: str | None = None) -> dict[str, Any]:
+    from icrlhf.memory.integrity import memory_check as check
+
+    return check(queue_slug=queue_slug)
+
+
+@shared_task(name="memory.reindex", ignore_result=False)
+def memory_reindex(queue_slug: str | None = None) -> dict[str, Any]:
+    from icrlhf.memory.integrity import memory_reindex as reindex
+
+    return reindex(queue_slug=queue_slug)

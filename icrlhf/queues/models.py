@@ -69,6 +69,14 @@ class Queue(models.Model):
         blank=True,
         help_text="Signs each webhook body (HMAC-SHA256, header X-Icrlhf-Signature).",
     )
+    prune_min_retrievals = models.PositiveIntegerField(
+        default=5, help_text="Automatic pruning looks at examples retrieved at least this often…"
+    )
+    prune_max_utility = models.FloatField(
+        default=0.3,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="…and retires those whose utility is below this (pinned ones never).",
+    )
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL,
         blank=True,

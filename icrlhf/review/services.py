@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory import services as memory_services
+from icrlhf.memory.curation import examples_usage_record
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.models import Claim, Decision
 from icrlhf.triage.services import triage_apply, triage_final
@@ -185,6 +186,7 @@ def decision_record(
             "You have already decided this item; your choice was not saved."
         ) from error
     memory_services.examples_record(decision=decision)
+    examples_usage_record(decision=decision)
     if final_fields is not None:
         triage_apply(decision=decision)
     Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
@@ -225,6 +227,7 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
     decision.superseded_at = now
     decision.save(update_fields=["superseded_at"])
     memory_services.examples_withdraw(decision=decision)
+    examples_usage_record(decision=decision, undo=True)
     item = _lock_item(decision.item_id)
     _item_settle(item)
     Claim.objects.update_or_create(
