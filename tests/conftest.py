@@ -168,3 +168,15 @@ def api_token(triage_queue: Any) -> str:
     from icrlhf.ingest.services import token_create
 
     return token_create(queue=triage_queue, name="tests")[1]
+
+
+@pytest.fixture
+def eager_tasks() -> Iterator[None]:
+    """Tasks enqueued after commit run inline, in this process (with its own local store)."""
+    from worker import app
+
+    app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager = False

@@ -3,6 +3,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.queues.apps import grant_curator_permissions
 from icrlhf.queues.models import Item, Queue
 
 
@@ -18,9 +19,11 @@ class UserFactory(factory.django.DjangoModelFactory):
     def roles(self, create: bool, extracted: list[str] | None, **kwargs: object) -> None:
         """Groups the user is in; a reviewer unless the test says otherwise."""
         names = ["reviewer"] if extracted is None else extracted
-        # get_or_create: transactional tests flush the groups the migration made.
+        # get_or_create: transactional tests flush the groups the migration made, and the
+        # permissions granted after migrating.
         if create and names:
             self.groups.add(*(Group.objects.get_or_create(name=name)[0] for name in names))
+            grant_curator_permissions()
 
 
 class QueueFactory(factory.django.DjangoModelFactory):

@@ -6,6 +6,7 @@ from typing import Any, cast
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ActionForm
+from django.contrib.admin.options import ActionLocation
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
@@ -106,8 +107,10 @@ class ExampleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "retired_reason",
     ]
 
-    def get_actions(self, request: HttpRequest, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        actions = super().get_actions(request, *args, **kwargs)
+    def get_actions(
+        self, request: HttpRequest, action_location: ActionLocation = ActionLocation.CHANGE_LIST
+    ) -> dict[str, Any]:
+        actions = super().get_actions(request, action_location)
         actions.pop("delete_selected", None)  # ours logs and cleans the store
         return actions
 
