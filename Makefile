@@ -64,6 +64,7 @@ test: install-test models browser
 bench: install-test models secret-key
 	$(BIN)/python manage.py bench_pipeline $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_review $(BENCH_ARGS)
+	$(BIN)/python manage.py bench_curation $(BENCH_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check .

@@ -28,7 +28,8 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
         name="re-index examples still pending or failed",
     )
     sender.add_periodic_task(
-        settings.MEMORY_PRUNE_INTERVAL_S, sender.signature("memory.examples_prune"),
+        settings.MEMORY_PRUNE_INTERVAL_S,
+        sender.signature("memory.examples_prune"),
         name="retire low-utility examples",
     )
 
