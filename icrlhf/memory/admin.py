@@ -69,6 +69,7 @@ class ExampleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "times_retrieved",
         "index_state",
         "duplicate_flag",
+        "retired_reason",
         "created_at",
     ]
     list_filter = [
