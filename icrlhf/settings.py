@@ -93,6 +93,7 @@ INSTALLED_APPS = [
     "icrlhf.memory",
     "icrlhf.triage",
     "icrlhf.ingest",
+    "icrlhf.export",
     "icrlhf.ops",
 ]
 
@@ -123,6 +124,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "icrlhf.queues.context_processors.roles",
             ],
         },
     }

@@ -6,6 +6,7 @@ from icrlhf.ingest.api import api_urls
 urlpatterns = [
     path("api/v1/", api_urls()),
     path("", include("icrlhf.ingest.urls")),
+    path("", include("icrlhf.export.urls")),
     path("", include("icrlhf.queues.urls")),
     path("", include("icrlhf.generation.urls")),
     path("", include("icrlhf.review.urls")),

@@ -1,14 +1,17 @@
 """The REST API (django-ninja): token-authenticated ticket ingestion, with OpenAPI docs."""
 
-from typing import Any
+from datetime import datetime
+from typing import Any, Literal
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from ninja import NinjaAPI, Status
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer
 
+from icrlhf.export.services import ExportFilters, export_lines
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.ingest.schemas import BatchIn, ErrorOut, TicketIn, TicketOut
 from icrlhf.ingest.services import token_authenticate
@@ -126,6 +129,35 @@ def ticket_get(request: HttpRequest, ticket_id: int) -> Status[object]:
     if item is None:
         return Status(404, {"detail": "No such ticket in this token's queue.", "errors": []})
     return Status(200, _out(item, created=False))
+
+
+@api.get(
+    "/exports/preferences",
+    summary="Export this queue's decisions as JSON lines (streamed)",
+    response={200: None, 422: ErrorOut},
+)
+def preferences_export(
+    request: HttpRequest,
+    format: Literal["canonical", "trl", "openai", "kto"] = "canonical",  # noqa: A002
+    decided_from: datetime | None = None,
+    decided_to: datetime | None = None,
+    reviewer: str = "",
+    verdict: Literal["", "chosen", "edited", "none_acceptable"] = "",
+    since_last_export: bool = False,
+    anonymize: bool = False,
+) -> HttpResponseBase:
+    token: IntegrationToken = request.auth  # type: ignore[attr-defined]
+    filters = ExportFilters(
+        queue=token.queue,
+        decided_from=decided_from,
+        decided_to=decided_to,
+        reviewer=reviewer,
+        verdict=verdict,
+        since_last_export=since_last_export,
+        anonymize=anonymize,
+    )
+    lines = export_lines(fmt=format, filters=filters, consumer=f"token:{token.pk}")
+    return StreamingHttpResponse(lines, content_type="application/x-ndjson")
 
 
 def api_urls() -> tuple[Any, str, str]:

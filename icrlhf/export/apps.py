@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ExportConfig(AppConfig):
+    name = "icrlhf.export"
+    label = "export"

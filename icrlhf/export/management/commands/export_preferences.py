@@ -1,0 +1,68 @@
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.dateparse import parse_datetime
+
+from icrlhf.export.formats import FORMATS
+from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.queues.models import Queue
+from icrlhf.review.models import Decision
+
+
+def _when(value: str | None, name: str) -> datetime | None:
+    if not value:
+        return None
+    parsed = parse_datetime(value if "T" in value else f"{value}T00:00:00+00:00")
+    if parsed is None or parsed.tzinfo is None:
+        raise CommandError(f"--{name} takes an ISO date or a date-time with a time zone.")
+    return parsed
+
+
+class Command(BaseCommand):
+    help = "Export decisions as canonical JSONL or a training format (trl, openai, kto)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--format", choices=FORMATS, default="canonical")
+        parser.add_argument("--out", default="-", help="A file, or - for standard output.")
+        parser.add_argument("--queue", help="A queue's slug.")
+        parser.add_argument("--from", dest="decided_from", help="Decided on or after (ISO).")
+        parser.add_argument("--to", dest="decided_to", help="Decided before (ISO).")
+        parser.add_argument("--reviewer", default="", help="A reviewer's username.")
+        parser.add_argument("--verdict", default="", choices=["", *Decision.Verdict.values])
+        parser.add_argument(
+            "--since-last-export",
+            action="store_true",
+            help="Only what was decided after this command's previous export (same queue).",
+        )
+        parser.add_argument("--anonymize", action="store_true", help="Drop reviewer names.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queue = None
+        if options["queue"]:
+            queue = Queue.objects.filter(slug=options["queue"]).first()
+            if queue is None:
+                raise CommandError(f"No queue {options['queue']!r}.")
+        filters = ExportFilters(
+            queue=queue,
+            decided_from=_when(options["decided_from"], "from"),
+            decided_to=_when(options["decided_to"], "to"),
+            reviewer=options["reviewer"],
+            verdict=options["verdict"],
+            since_last_export=options["since_last_export"],
+            anonymize=options["anonymize"],
+        )
+        lines = export_lines(fmt=options["format"], filters=filters, consumer="command")
+        if options["out"] == "-":
+            for line in lines:
+                sys.stdout.write(line)
+            return
+        path = Path(options["out"])
+        with path.open("w", encoding="utf-8") as out:
+            count = 0
+            for line in lines:
+                out.write(line)
+                count += 1
+        self.stderr.write(f"{count} lines written to {path}")

@@ -1,0 +1,217 @@
+"""One code path for every export (command, download, API): filtered standing decisions,
+assembled into canonical records chunk by chunk (memory stays flat however many there are),
+derived into the requested format, one JSON line at a time."""
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from icrlhf.export.formats import FORMATS, SCHEMA_VERSION, Record, derive
+from icrlhf.export.models import ExportRun
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.integrations.llm import sampling_params
+from icrlhf.memory.models import Retrieval
+from icrlhf.queues.models import Item, Queue
+from icrlhf.review.models import Decision
+
+CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class ExportFilters:
+    queue: Queue | None = None
+    decided_from: datetime | None = None
+    decided_to: datetime | None = None
+    reviewer: str = ""
+    verdict: str = ""
+    since_last_export: bool = False
+    anonymize: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["queue"] = self.queue.slug if self.queue else None
+        return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in data.items()}
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def decisions_filtered(*, filters: ExportFilters, consumer: str) -> QuerySet[Decision]:
+    decisions = Decision.objects.filter(superseded_at__isnull=True)
+    if filters.queue is not None:
+        decisions = decisions.filter(item__queue=filters.queue)
+    if filters.decided_from:
+        decisions = decisions.filter(created_at__gte=filters.decided_from)
+    if filters.decided_to:
+        decisions = decisions.filter(created_at__lt=filters.decided_to)
+    if filters.reviewer:
+        decisions = decisions.filter(reviewer__username=filters.reviewer)
+    if filters.verdict:
+        decisions = decisions.filter(verdict=filters.verdict)
+    if filters.since_last_export:
+        last = ExportRun.objects.filter(
+            consumer=consumer, queue=filters.queue, decided_until__isnull=False
+        ).first()
+        if last is not None and last.decided_until is not None:
+            decisions = decisions.filter(created_at__gt=last.decided_until)
+    return decisions
+
+
+def _chunks(decisions: QuerySet[Decision]) -> Iterator[list[dict[str, Any]]]:
+    """Keyset pagination on (created_at, id): no offset scans, no snapshot held open."""
+    fields = (
+        "id",
+        "created_at",
+        "verdict",
+        "chosen_candidate_id",
+        "final_text",
+        "final_fields",
+        "reason_tags",
+        "comment",
+        "guideline_version",
+        "time_to_decide_ms",
+        "reviewer__username",
+        "item_id",
+        "generation_id",
+    )
+    ordered = decisions.order_by("created_at", "id")
+    after: tuple[datetime, int] | None = None
+    while True:
+        page = ordered
+        if after is not None:
+            page = page.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
+        rows = list(page.values(*fields)[:CHUNK])
+        if not rows:
+            return
+        yield rows
+        after = (rows[-1]["created_at"], rows[-1]["id"])
+
+
+def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iterator[Record]:
+    for rows in _chunks(decisions):
+        items = {
+            i["id"]: i
+            for i in Item.objects.filter(pk__in={r["item_id"] for r in rows}).values(
+                "id",
+                "input_text",
+                "subject",
+                "body",
+                "customer",
+                "channel",
+                "priority",
+                "category",
+                "external_id",
+                "source",
+                "created_at",
+                "queue__slug",
+                "queue__name",
+                "queue__kind",
+            )
+        }
+        generation_ids = {r["generation_id"] for r in rows}
+        generations = {
+            g["id"]: g
+            for g in Generation.objects.filter(pk__in=generation_ids).values(
+                "id", "model", "params", "messages", "created_at"
+            )
+        }
+        candidates: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for c in (
+            Candidate.objects.filter(generation_id__in=generation_ids)
+            .order_by("position")
+            .values("id", "generation_id", "position", "text", "status", "model", "fields")
+        ):
+            candidates[c["generation_id"]].append(dict(c))
+        retrieved: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for r in (
+            Retrieval.objects.filter(generation_id__in=generation_ids)
+            .order_by("rank")
+            .values("generation_id", "example_id", "score", "rank")
+        ):
+            retrieved[r["generation_id"]].append(dict(r))
+        for row in rows:
+            item, generation = items[row["item_id"]], generations[row["generation_id"]]
+            # Only sampling parameters: never endpoints or keys.
+            params = sampling_params(generation["params"])
+            yield {
+                "schema_version": SCHEMA_VERSION,
+                "decision_id": row["id"],
+                "decided_at": _iso(row["created_at"]),
+                "queue": {
+                    "slug": item["queue__slug"],
+                    "name": item["queue__name"],
+                    "kind": item["queue__kind"],
+                },
+                "item": {
+                    "id": item["id"],
+                    "input": item["input_text"],
+                    "subject": item["subject"],
+                    "body": item["body"],
+                    "customer": item["customer"],
+                    "channel": item["channel"],
+                    "priority": item["priority"],
+                    "category": item["category"],
+                    "external_id": item["external_id"],
+                    "source": item["source"],
+                    "created_at": _iso(item["created_at"]),
+                },
+                "generation": {
+                    "id": generation["id"],
+                    "model": generation["model"],
+                    "params": params,
+                    "created_at": _iso(generation["created_at"]),
+                },
+                "messages": generation["messages"],
+                "candidates": [
+                    {
+                        "id": c["id"],
+                        "position": c["position"],
+                        "text": c["text"],
+                        "status": c["status"],
+                        "model": c["model"] or generation["model"],
+                        "params": params,
+                        "fields": c["fields"],
+                    }
+                    for c in candidates[row["generation_id"]]
+                ],
+                "verdict": row["verdict"],
+                "chosen_candidate_id": row["chosen_candidate_id"],
+                "final_text": row["final_text"],
+                "final_fields": row["final_fields"],
+                "reviewer": None if anonymize else row["reviewer__username"],
+                "reason_tags": row["reason_tags"],
+                "comment": row["comment"],
+                "guideline_version": row["guideline_version"],
+                "time_to_decide_ms": row["time_to_decide_ms"],
+                "retrieved_examples": [
+                    {"id": str(r["example_id"]), "score": r["score"], "rank": r["rank"]}
+                    for r in retrieved[row["generation_id"]]
+                ],
+            }
+
+
+def export_lines(*, fmt: str, filters: ExportFilters, consumer: str) -> Iterator[str]:
+    """JSON lines of the export; the export is recorded once the last line is out."""
+    if fmt not in FORMATS:
+        raise ValueError(f"Unknown format {fmt!r}; choose one of {', '.join(FORMATS)}.")
+    decisions = decisions_filtered(filters=filters, consumer=consumer)
+    count, decided_until = 0, None
+    for record in canonical_records(decisions=decisions, anonymize=filters.anonymize):
+        decided_until = record["decided_at"]
+        for line in derive(record, fmt):
+            count += 1
+            yield json.dumps(line, ensure_ascii=False) + "\n"
+    ExportRun.objects.create(
+        consumer=consumer,
+        queue=filters.queue,
+        format=fmt,
+        filters=filters.describe(),
+        records=count,
+        decided_until=datetime.fromisoformat(decided_until) if decided_until else None,
+    )

@@ -1,0 +1,6 @@
+from django.urls import path
+
+from icrlhf.export import views
+
+app_name = "export"
+urlpatterns = [path("export/", views.export_page, name="page")]

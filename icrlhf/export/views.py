@@ -1,0 +1,75 @@
+from datetime import date, datetime, time
+from typing import Any
+
+from django import forms
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from django.shortcuts import render
+from django.utils import timezone
+
+from icrlhf.export.formats import FORMATS
+from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.queues.access import can_curate, queues_visible
+from icrlhf.queues.models import Queue
+from icrlhf.review.models import Decision
+
+
+class ExportForm(forms.Form):
+    format = forms.ChoiceField(choices=[(f, f) for f in FORMATS])
+    queue = forms.ModelChoiceField(
+        queryset=Queue.objects.none(), required=False, empty_label="All queues"
+    )
+    decided_from = forms.DateField(
+        required=False, label="Decided from", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    decided_to = forms.DateField(
+        required=False,
+        label="Decided until (inclusive)",
+        widget=forms.DateInput(attrs={"type": "date"}),
+    )
+    reviewer = forms.CharField(required=False, max_length=150)
+    verdict = forms.ChoiceField(required=False, choices=[("", "Any"), *Decision.Verdict.choices])
+    since_last_export = forms.BooleanField(
+        required=False, label="Only decided since my last export"
+    )
+    anonymize = forms.BooleanField(required=False, label="Drop reviewer names")
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["queue"].queryset = queues_visible(user)  # type: ignore[attr-defined]
+
+
+def _day_start(day: date | None) -> datetime | None:
+    return timezone.make_aware(datetime.combine(day, time.min)) if day else None
+
+
+def export_page(request: HttpRequest) -> HttpResponseBase:
+    """Curators download an export; it streams, so its size does not matter."""
+    if not can_curate(request.user):
+        raise PermissionDenied("Only curators and admins export.")
+    form = ExportForm(request.POST or None, user=request.user)
+    if request.method != "POST" or not form.is_valid():
+        return render(
+            request, "export/page.html", {"form": form}, status=400 if form.errors else 200
+        )
+    data = form.cleaned_data
+    until = data["decided_to"]
+    filters = ExportFilters(
+        queue=data["queue"],
+        decided_from=_day_start(data["decided_from"]),
+        decided_to=_day_start(until.fromordinal(until.toordinal() + 1)) if until else None,
+        reviewer=data["reviewer"].strip(),
+        verdict=data["verdict"],
+        since_last_export=data["since_last_export"],
+        anonymize=data["anonymize"],
+    )
+    lines = export_lines(
+        fmt=data["format"], filters=filters, consumer=f"user:{request.user.get_username()}"
+    )
+    response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M")
+    response["Content-Disposition"] = (
+        f'attachment; filename="icrlhf-{data["format"]}-{stamp}.jsonl"'
+    )
+    return response

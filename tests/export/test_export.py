@@ -1,0 +1,251 @@
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from django.utils import timezone
+
+from icrlhf.export.formats import FORMATS, derive
+from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.generation.models import Candidate
+from icrlhf.ingest.services import token_create
+from icrlhf.memory.models import Example, Retrieval
+from icrlhf.review.models import Decision
+from icrlhf.review.services import decision_record, decision_undo
+from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
+
+pytestmark = pytest.mark.django_db
+
+CANONICAL_KEYS = {
+    "schema_version",
+    "decision_id",
+    "decided_at",
+    "queue",
+    "item",
+    "generation",
+    "messages",
+    "candidates",
+    "verdict",
+    "chosen_candidate_id",
+    "final_text",
+    "final_fields",
+    "reviewer",
+    "reason_tags",
+    "comment",
+    "guideline_version",
+    "time_to_decide_ms",
+    "retrieved_examples",
+}
+
+
+def decided(queue: Any, reviewer: Any, verdict: str, texts: list[str], **extra: Any) -> Decision:
+    item = ItemFactory(queue=queue, input_text=f"Question for {verdict}?")
+    generation = ready_generation(item, texts)
+    generation.messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "old question"},
+        {"role": "assistant", "content": "old answer"},
+        {"role": "user", "content": item.input_text},
+    ]
+    generation.params = {"temperature": 0.7, "max_tokens": 64}
+    generation.save()
+    first = generation.candidates.order_by("position").first()
+    return decision_record(
+        item_id=item.pk,
+        reviewer=reviewer,
+        verdict=verdict,
+        candidate_id=None if verdict == "none_acceptable" else first.pk,
+        **extra,
+    )
+
+
+@pytest.fixture
+def decisions(queue: Any, user: Any) -> dict[str, Decision]:
+    chosen = decided(queue, user, "chosen", ["a1", "a2", "a3", "a4"])
+    # A failed candidate has no text: it is in the record but never in a pair.
+    Candidate.objects.filter(generation=chosen.generation, text="a4").update(
+        status="failed", text=""
+    )
+    edited = decided(queue, user, "edited", ["b1", "b2", "b3"], final_text="b1, improved")
+    none = decided(queue, user, "none_acceptable", ["c1", "c2"], comment="all wrong")
+    example = Example.objects.filter(decision=chosen, role="preferred").get()
+    Retrieval.objects.create(generation=edited.generation, example=example, score=0.81, rank=1)
+    undone = decided(queue, user, "chosen", ["d1", "d2"])
+    decision_undo(decision_id=undone.pk, reviewer=user)  # superseded: never exported
+    return {"chosen": chosen, "edited": edited, "none": none}
+
+
+def export(fmt: str, **filters: Any) -> list[dict[str, Any]]:
+    lines = export_lines(fmt=fmt, filters=ExportFilters(**filters), consumer="tests")
+    return [json.loads(line) for line in lines]
+
+
+def test_the_canonical_record_has_every_documented_field(
+    decisions: dict[str, Decision], user: Any
+) -> None:
+    records = export("canonical")
+    assert [r["verdict"] for r in records] == ["chosen", "edited", "none_acceptable"]
+    for record in records:
+        assert set(record) == CANONICAL_KEYS
+        assert record["schema_version"] == 1
+        assert set(record["item"]) == {
+            "id",
+            "input",
+            "subject",
+            "body",
+            "customer",
+            "channel",
+            "priority",
+            "category",
+            "external_id",
+            "source",
+            "created_at",
+        }
+        assert all(
+            set(c) == {"id", "position", "text", "status", "model", "params", "fields"}
+            for c in record["candidates"]
+        )
+        assert record["reviewer"] == user.username
+    chosen, edited, none = records
+    assert chosen["final_text"] == "a1" and chosen["chosen_candidate_id"] == (
+        decisions["chosen"].chosen_candidate_id
+    )
+    assert chosen["candidates"][0]["params"] == {"temperature": 0.7, "max_tokens": 64}
+    assert edited["final_text"] == "b1, improved"
+    assert edited["retrieved_examples"][0]["score"] == 0.81
+    assert none["comment"] == "all wrong" and none["chosen_candidate_id"] is None
+
+
+def test_trl_pairs_n_minus_one_per_choice_plus_one_per_edit(decisions: Any) -> None:
+    pairs = export("trl")
+    assert all(set(p) == {"prompt", "chosen", "rejected"} for p in pairs)
+    by_chosen = [(p["chosen"][0]["content"], p["rejected"][0]["content"]) for p in pairs]
+    assert by_chosen == [
+        ("a1", "a2"),
+        ("a1", "a3"),  # N−1 (the failed one has no text)
+        ("b1, improved", "b2"),
+        ("b1, improved", "b3"),
+        ("b1, improved", "b1"),  # +1: edit ≻ original
+    ]
+    assert pairs[0]["prompt"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Question for chosen?"},
+    ]
+    assert all(p["chosen"][0]["role"] == "assistant" for p in pairs)
+
+
+def test_openai_preference_lines_have_its_shape(decisions: Any) -> None:
+    lines = export("openai")
+    assert len(lines) == 5
+    for line in lines:
+        assert set(line) == {"input", "preferred_output", "non_preferred_output"}
+        assert set(line["input"]) == {"messages"}
+        assert line["preferred_output"][0]["role"] == "assistant"
+        assert line["non_preferred_output"][0]["role"] == "assistant"
+
+
+def test_kto_labels_every_answer(decisions: Any) -> None:
+    lines = export("kto")
+    assert all(set(line) == {"prompt", "completion", "label"} for line in lines)
+    labelled = [(line["completion"][0]["content"], line["label"]) for line in lines]
+    assert labelled == [
+        ("a1", True),
+        ("a2", False),
+        ("a3", False),
+        ("b1, improved", True),
+        ("b1", False),
+        ("b2", False),
+        ("b3", False),
+        ("c1", False),
+        ("c2", False),
+    ]
+
+
+def test_a_canonical_export_derives_into_what_the_database_exports(
+    decisions: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "canonical.jsonl"
+    call_command("export_preferences", format="canonical", out=str(path))
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for fmt in FORMATS:
+        from_file = [line for record in records for line in derive(record, fmt)]
+        assert from_file == export(fmt), fmt
+
+
+def test_filters(decisions: dict[str, Decision], queue: Any, user: Any) -> None:
+    other = UserFactory()
+    queue.members.add(other)
+    late = decided(queue, other, "chosen", ["e1", "e2"])
+    Decision.objects.filter(pk=late.pk).update(created_at=timezone.now() + timedelta(days=3))
+    elsewhere = decided(QueueFactory(members=[user]), user, "chosen", ["f1", "f2"])
+    assert len(export("canonical")) == 5
+    assert {r["decision_id"] for r in export("canonical", queue=queue)} == {
+        *(d.pk for d in decisions.values()),
+        late.pk,
+    }
+    assert [r["decision_id"] for r in export("canonical", reviewer=other.username)] == [late.pk]
+    assert [r["verdict"] for r in export("canonical", verdict="edited")] == ["edited"]
+    soon = timezone.now() + timedelta(days=1)
+    assert [r["decision_id"] for r in export("canonical", decided_from=soon)] == [late.pk]
+    assert late.pk not in {r["decision_id"] for r in export("canonical", decided_to=soon)}
+    assert {r["reviewer"] for r in export("canonical", anonymize=True)} == {None}
+    assert elsewhere.pk in {r["decision_id"] for r in export("canonical")}
+
+
+def test_since_last_export_takes_only_what_is_new(decisions: Any, queue: Any, user: Any) -> None:
+    assert len(export("canonical", queue=queue, since_last_export=True)) == 3
+    assert export("canonical", queue=queue, since_last_export=True) == []
+    newer = decided(queue, user, "chosen", ["g1", "g2"])
+    assert [r["decision_id"] for r in export("canonical", queue=queue, since_last_export=True)] == [
+        newer.pk
+    ]
+
+
+def test_no_secret_ever_leaves(decisions: Any, queue: Any, settings: Any) -> None:
+    settings.LLM_API_KEY = "sk-live-very-secret"
+    queue.api_base, queue.webhook_secret = "https://user:hunter2@llm.example.com/v1", "whsec_x"
+    queue.save()
+    _record, token = token_create(queue=queue, name="helpdesk")
+    text = "".join(
+        line
+        for fmt in FORMATS
+        for line in export_lines(fmt=fmt, filters=ExportFilters(), consumer="tests")
+    )
+    assert "b1, improved" in text
+    for secret in ("sk-live-very-secret", "hunter2", "whsec_x", token, "llm.example.com"):
+        assert secret not in text
+
+
+def test_curators_download_and_reviewers_cannot(
+    decisions: Any, queue: Any, logged_in: Client
+) -> None:
+    assert logged_in.post("/export/", {"format": "trl"}).status_code == 403
+    curator = UserFactory(roles=["curator"])
+    queue.members.add(curator)
+    client = Client()
+    client.force_login(curator)
+    assert client.get("/export/").status_code == 200
+    response = client.post("/export/", {"format": "trl", "queue": queue.pk, "anonymize": "on"})
+    assert response.status_code == 200 and response.streaming
+    assert response["Content-Disposition"].startswith('attachment; filename="icrlhf-trl-')
+    lines = b"".join(response.streaming_content).decode().splitlines()  # type: ignore[arg-type]
+    assert len(lines) == 5
+    bad = client.post("/export/", {"format": "csv"})
+    assert bad.status_code == 400 and "Select a valid choice" in bad.content.decode()
+
+
+def test_the_api_exports_its_queue_with_a_token(decisions: Any, queue: Any, client: Client) -> None:
+    _record, token = token_create(queue=queue, name="trainer")
+    decided(QueueFactory(), UserFactory(), "chosen", ["x1", "x2"])  # another queue's
+    response = client.get(
+        "/api/v1/exports/preferences?format=kto", HTTP_AUTHORIZATION=f"Bearer {token}"
+    )
+    assert response.status_code == 200
+    lines = b"".join(response.streaming_content).decode().splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 9
+    assert client.get("/api/v1/exports/preferences").status_code == 401
+    bad = client.get("/api/v1/exports/preferences?format=xml", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert bad.status_code == 422
