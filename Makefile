@@ -65,6 +65,7 @@ bench: install-test models secret-key
 	$(BIN)/python manage.py bench_pipeline $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_review $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_curation $(BENCH_ARGS)
+	$(BIN)/python manage.py bench_export $(BENCH_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check .

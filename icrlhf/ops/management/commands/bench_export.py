@@ -1,0 +1,150 @@
+"""Export benchmark: time and memory of exporting 100k decisions (generated fixtures).
+
+In a throw-away SQLite world: one process generates the fixtures, a fresh one exports them
+(canonical JSONL, to a file) and reports its time and how far its peak resident memory rose
+above where it started."""
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from icrlhf.ops.benchworld import manage_run, world_env, world_migrate
+
+_BATCH = 5_000
+
+
+def _status_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+class Command(BaseCommand):
+    help = "Measure exporting 100k decisions: seconds and peak memory growth."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+        parser.add_argument("--decisions", type=int, default=100_000)
+        parser.add_argument("--format", default="canonical")
+        parser.add_argument("--seed", action="store_true", help="(internal)")
+        parser.add_argument("--inner", action="store_true", help="(internal)")
+        parser.add_argument("--result-file", default="", help="(internal)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["seed"]:
+            seed(options["decisions"])
+            return
+        if options["inner"]:
+            Path(options["result_file"]).write_text(json.dumps(measure(options["format"])))
+            return
+        with tempfile.TemporaryDirectory(prefix="icrlhf-bench-export-") as folder:
+            env = world_env(Path(folder))
+            world_migrate(env)
+            started = time.monotonic()
+            manage_run(env, "bench_export", "--seed", "--decisions", str(options["decisions"]))
+            seeding_s = time.monotonic() - started
+            result_file = Path(folder) / "result.json"
+            manage_run(
+                env,
+                "bench_export",
+                "--inner",
+                "--result-file",
+                str(result_file),
+                "--format",
+                options["format"],
+            )
+            result = json.loads(result_file.read_text())
+        result["seeding_s"] = round(seeding_s, 1)
+        self.stdout.write(
+            f"Exported {result['decisions']:,} decisions ({result['lines']:,} {options['format']} "
+            f"lines, {result['megabytes']:.0f} MB) in {result['export_100k_s']:.1f} s; peak "
+            f"memory grew {result['export_memory_growth_mb']:.1f} MB (targets ≤ 30 s, ≤ 100 MB)"
+        )
+        if options["json"]:
+            self.stdout.write(json.dumps(result, sort_keys=True))
+
+
+def seed(count: int) -> None:
+    from django.contrib.auth.models import User
+
+    from icrlhf.generation.models import Candidate, Generation
+    from icrlhf.queues.models import Item, Queue
+    from icrlhf.review.models import Decision
+
+    reviewer = User.objects.create_user("bench-reviewer")
+    queue = Queue.objects.create(slug="bench", name="Bench", n_candidates=4)
+    messages = [
+        {"role": "system", "content": "You are a helpful bank agent."},
+        {"role": "user", "content": "placeholder"},
+    ]
+    answer = "Thank you for your message. Your card was posted and arrives in 3 working days. "
+    for start in range(0, count, _BATCH):
+        size = min(_BATCH, count - start)
+        items = Item.objects.bulk_create(
+            Item(
+                queue=queue,
+                input_text=f"Request {start + n}: where is my card?",
+                status=Item.Status.DECIDED,
+            )
+            for n in range(size)
+        )
+        generations = Generation.objects.bulk_create(
+            Generation(
+                item=item,
+                model="bench-model",
+                n_candidates=4,
+                messages=messages,
+                params={"temperature": 0.7, "max_tokens": 256},
+                status=Generation.Status.DONE,
+            )
+            for item in items
+        )
+        candidates = Candidate.objects.bulk_create(
+            Candidate(generation=generation, position=p, status="done", text=f"{p}. {answer}")
+            for generation in generations
+            for p in range(4)
+        )
+        Decision.objects.bulk_create(
+            Decision(
+                item=item,
+                generation=generation,
+                reviewer=reviewer,
+                verdict="chosen",
+                chosen_candidate=candidates[4 * n],
+                final_text=candidates[4 * n].text,
+                guideline_version=1,
+            )
+            for n, (item, generation) in enumerate(zip(items, generations, strict=True))
+        )
+
+
+def measure(fmt: str) -> dict[str, Any]:
+    import tempfile as temp
+
+    from icrlhf.export.services import ExportFilters, export_lines
+    from icrlhf.review.models import Decision
+
+    decisions = Decision.objects.count()
+    rss_before_kb = _status_kb("VmRSS")
+    started = time.monotonic()
+    lines = size = 0
+    with temp.NamedTemporaryFile("w", encoding="utf-8", suffix=".jsonl") as out:
+        for line in export_lines(fmt=fmt, filters=ExportFilters(), consumer="bench"):
+            out.write(line)
+            lines += 1
+            size += len(line)
+    elapsed = time.monotonic() - started
+    growth_mb = (_status_kb("VmHWM") - rss_before_kb) / 1024
+    return {
+        "decisions": decisions,
+        "lines": lines,
+        "megabytes": size / 1e6,
+        "export_100k_s": elapsed * 100_000 / max(decisions, 1),
+        "export_s": elapsed,
+        "export_memory_growth_mb": growth_mb,
+    }
