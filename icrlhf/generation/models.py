@@ -46,10 +46,19 @@ class Candidate(models.Model):
         DONE = "done", "Done"
         FAILED = "failed", "Failed"
 
+    class Source(models.TextChoices):
+        LLM = "llm", "Model"
+        MEMORY = "memory", "Memory"
+
     generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="candidates")
     # Shuffled display order, stored so every reviewer and every reload sees the same order.
     position = models.PositiveSmallIntegerField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.LLM)
+    # A memory candidate: the stored example whose preferred answer it offers.
+    source_example = models.ForeignKey(
+        "memory.Example", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     text = models.TextField(blank=True)
     # Triage: the category, priority and reply parsed out of `text`, or why they could not be.
     fields = models.JSONField(null=True, blank=True)

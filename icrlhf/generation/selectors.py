@@ -18,7 +18,7 @@ def generation_latest(*, item: Item) -> Generation | None:
 
 
 def generation_candidates(*, generation: Generation) -> QuerySet[Candidate]:
-    return generation.candidates.order_by("position")
+    return generation.candidates.select_related("source_example__decision").order_by("position")
 
 
 def generation_progress(*, generation: Generation) -> Progress:

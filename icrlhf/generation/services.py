@@ -139,13 +139,53 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             prepared_at=timezone.now(),
             lease_expires_at=None,
         )
-        candidate_ids = list(
-            generation.candidates.filter(status=Candidate.Status.PENDING).values_list(
-                "pk", flat=True
-            )
-        )
+        pending = list(generation.candidates.filter(status=Candidate.Status.PENDING).order_by("pk"))
+        answered = _memory_candidates_fill(pending=pending, retrieved=retrieved, queue=queue)
+        candidate_ids = [c.pk for c in pending[answered:]]
         transaction.on_commit(lambda: [tasks.candidate_generate.delay(pk) for pk in candidate_ids])
+    if not candidate_ids:
+        generation_finish_if_complete(generation_id=generation_id)
     return candidate_ids
+
+
+def _memory_candidates_fill(
+    *,
+    pending: list[Candidate],
+    retrieved: list[memory_selectors.RetrievedExample],
+    queue: Queue,
+) -> int:
+    """Offer the preferred answers of the closest stored examples as the first candidates:
+    an answer reviewers already accepted for a near-identical request is often the right
+    one, and it costs no LLM call. Distinct answers only, most similar first."""
+    offers: list[memory_selectors.RetrievedExample] = []
+    seen: set[str] = set()
+    for hit in sorted(retrieved, key=lambda r: -r.score):
+        text = hit.example.output_text.strip()
+        if hit.score < queue.memory_min_similarity or text in seen:
+            continue
+        seen.add(text)
+        offers.append(hit)
+    offers = offers[: min(queue.memory_candidates, len(pending))]
+    now = timezone.now()
+    for candidate, hit in zip(pending, offers, strict=False):
+        fields = None
+        if queue.kind == Queue.Kind.TRIAGE:
+            try:
+                fields = triage_parse(hit.example.output_text, queue.categories).as_dict()
+            except TriageParseError:
+                fields = None
+        Candidate.objects.filter(pk=candidate.pk, status=Candidate.Status.PENDING).update(
+            status=Candidate.Status.DONE,
+            source=Candidate.Source.MEMORY,
+            source_example=hit.example,
+            text=hit.example.output_text,
+            fields=fields,
+            model="memory",
+            latency_ms=0,
+            started_at=now,
+            finished_at=now,
+        )
+    return len(offers)
 
 
 def candidate_generate(*, candidate_id: int, mock_response: str | None = None) -> None:

@@ -43,6 +43,17 @@ class Queue(models.Model):
         validators=[MinValueValidator(-1.0), MaxValueValidator(1.0)],
         help_text="Examples less similar than this (cosine) are never retrieved.",
     )
+    memory_candidates = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MaxValueValidator(MAX_CANDIDATES)],
+        help_text="Up to this many candidates are the preferred answers of the most similar "
+        "stored examples (distinct ones), instead of LLM calls.",
+    )
+    memory_min_similarity = models.FloatField(
+        default=0.8,
+        validators=[MinValueValidator(-1.0), MaxValueValidator(1.0)],
+        help_text="A stored answer is offered as a candidate only from this similarity up.",
+    )
     example_token_budget = models.PositiveIntegerField(
         default=1500, help_text="Retrieved examples are added whole until this budget is reached."
     )
