@@ -17,7 +17,7 @@ export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 help:
 	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
 	@echo "make test   - install everything and run the whole test suite"
-	@echo "make bench  - run the benchmarks (pipeline; review page under 20 reviewers)"
+	@echo "make bench  - run the benchmarks (pipeline, review page, curation, export, learning curve)"
 	@echo "make lint   - ruff and mypy"
 
 $(BIN)/python:
@@ -66,6 +66,7 @@ bench: install-test models secret-key
 	$(BIN)/python manage.py bench_review $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_curation $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_export $(BENCH_ARGS)
+	$(BIN)/python manage.py bench_learning $(BENCH_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check .

@@ -94,6 +94,7 @@ INSTALLED_APPS = [
     "icrlhf.triage",
     "icrlhf.ingest",
     "icrlhf.export",
+    "icrlhf.insights",
     "icrlhf.ops",
 ]
 

@@ -7,6 +7,7 @@ urlpatterns = [
     path("api/v1/", api_urls()),
     path("", include("icrlhf.ingest.urls")),
     path("", include("icrlhf.export.urls")),
+    path("", include("icrlhf.insights.urls")),
     path("", include("icrlhf.queues.urls")),
     path("", include("icrlhf.generation.urls")),
     path("", include("icrlhf.review.urls")),

@@ -125,7 +125,17 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
         for c in (
             Candidate.objects.filter(generation_id__in=generation_ids)
             .order_by("position")
-            .values("id", "generation_id", "position", "text", "status", "model", "fields")
+            .values(
+                "id",
+                "generation_id",
+                "position",
+                "text",
+                "status",
+                "model",
+                "fields",
+                "source",
+                "source_example_id",
+            )
         ):
             candidates[c["generation_id"]].append(dict(c))
         retrieved: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -174,8 +184,13 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
                         "position": c["position"],
                         "text": c["text"],
                         "status": c["status"],
+                        # A memory candidate is a stored preferred answer, not a model sample.
+                        "source": c["source"],
+                        "source_example_id": (
+                            str(c["source_example_id"]) if c["source_example_id"] else None
+                        ),
                         "model": c["model"] or generation["model"],
-                        "params": params,
+                        "params": params if c["source"] == Candidate.Source.LLM else {},
                         "fields": c["fields"],
                     }
                     for c in candidates[row["generation_id"]]

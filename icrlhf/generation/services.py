@@ -24,6 +24,9 @@ logger = logging.getLogger(__name__)
 
 # A claimed row whose worker died is claimable again once its lease runs out.
 _PREPARE_LEASE = timedelta(minutes=5)
+# Memory candidates are drawn from this many nearest stored requests, not only from the k in
+# the prompt: near neighbours often share one answer, and distinct answers are what is offered.
+MEMORY_NEIGHBOURS = 20
 
 
 def _candidate_lease() -> timedelta:
@@ -104,19 +107,21 @@ def generation_prepare(*, generation_id: int) -> list[int]:
     item, queue = generation.item, generation.item.queue
 
     started = time.monotonic()
-    retrieved: list[memory_selectors.RetrievedExample] = []
+    recall = memory_selectors.Recall(examples=[], neighbours=[])
     retrieval_error = ""
     try:
-        retrieved = memory_selectors.examples_retrieve(
+        recall = memory_selectors.examples_recall(
             queue=queue,
             query_text=item.input_text,
             k=queue.k_examples,
             token_budget=queue.example_token_budget,
+            pool=MEMORY_NEIGHBOURS if queue.memory_candidates else 0,
         )
     except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
         # Better an answer without memory than no answer: the reviewer sees why.
         logger.warning("Retrieval skipped for generation %s: %s", generation_id, error)
         retrieval_error = "Memory was unavailable, so no examples were retrieved."
+    retrieved = recall.examples
     retrieval_ms = int((time.monotonic() - started) * 1000)
 
     messages = messages_build(
@@ -140,7 +145,9 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             lease_expires_at=None,
         )
         pending = list(generation.candidates.filter(status=Candidate.Status.PENDING).order_by("pk"))
-        answered = _memory_candidates_fill(pending=pending, retrieved=retrieved, queue=queue)
+        answered = _memory_candidates_fill(
+            pending=pending, neighbours=recall.neighbours, queue=queue
+        )
         candidate_ids = [c.pk for c in pending[answered:]]
         transaction.on_commit(lambda: [tasks.candidate_generate.delay(pk) for pk in candidate_ids])
     if not candidate_ids:
@@ -151,15 +158,15 @@ def generation_prepare(*, generation_id: int) -> list[int]:
 def _memory_candidates_fill(
     *,
     pending: list[Candidate],
-    retrieved: list[memory_selectors.RetrievedExample],
+    neighbours: list[memory_selectors.RetrievedExample],
     queue: Queue,
 ) -> int:
     """Offer the preferred answers of the closest stored examples as the first candidates:
     an answer reviewers already accepted for a near-identical request is often the right
-    one, and it costs no LLM call. Distinct answers only, most similar first."""
+    one, and it costs no LLM call. Distinct answers only, nearest first."""
     offers: list[memory_selectors.RetrievedExample] = []
     seen: set[str] = set()
-    for hit in sorted(retrieved, key=lambda r: -r.score):
+    for hit in neighbours:
         text = hit.example.output_text.strip()
         if hit.score < queue.memory_min_similarity or text in seen:
             continue

@@ -24,23 +24,40 @@ def _cosine(a: list[float], b: list[float]) -> float:
     return dot / norms if norms else 0.0
 
 
+@dataclass(frozen=True)
+class Recall:
+    examples: list[RetrievedExample]  # for the prompt: top k, whole, within the token budget
+    neighbours: list[RetrievedExample]  # up to `pool` live preferred examples, nearest first
+
+
 def examples_retrieve(
     *, queue: Queue, query_text: str, k: int, token_budget: int
 ) -> list[RetrievedExample]:
-    """The queue's preferred examples for a query, best first.
+    """The queue's preferred examples for a query's prompt, best first (see examples_recall)."""
+    return examples_recall(
+        queue=queue, query_text=query_text, k=k, token_budget=token_budget
+    ).examples
 
-    Pinned examples always come first (a curator pinned them to be in every prompt); then the
-    most similar active ones, ranked by similarity × weight, without near-duplicates. Whole
-    examples are added until the next one would exceed the token budget (never cut).
+
+def examples_recall(
+    *, queue: Queue, query_text: str, k: int, token_budget: int, pool: int = 0
+) -> Recall:
+    """The queue's preferred examples for a query.
+
+    For the prompt: pinned examples always come first (a curator pinned them to be in every
+    prompt); then the most similar active ones, ranked by similarity × weight, without
+    near-duplicates. Whole examples are added until the next one would exceed the token budget
+    (never cut). Neighbours: the `pool` nearest pinned or active examples by the same ranking,
+    duplicates kept, for offering their answers as candidates.
     """
-    if k <= 0:
-        return []
+    if k <= 0 and pool <= 0:
+        return Recall(examples=[], neighbours=[])
     collection = vectors.collection_name(queue.slug)
     vector = embeddings.embed_text(query_text)
     pinned = list(
         Example.objects.filter(
             queue=queue, role=Example.Role.PREFERRED, status=Example.Status.PINNED
-        ).order_by("created_at")[:k]
+        ).order_by("created_at")[: max(k, pool)]
     )
     pinned_scores = vectors.search_among(
         collection=collection, vector=vector, ids=[e.pk for e in pinned]
@@ -49,7 +66,7 @@ def examples_retrieve(
     hits = vectors.search(
         collection=collection,
         vector=vector,
-        limit=k * _OVERFETCH,
+        limit=max(k * _OVERFETCH, pool),
         match={"role": [Example.Role.PREFERRED], "status": [Example.Status.ACTIVE]},
         min_score=queue.min_similarity,
     )
@@ -64,7 +81,7 @@ def examples_retrieve(
     ]
     live.sort(key=lambda pair: -pair[0].score * pair[1].weight)
 
-    ranked: list[tuple[float, Example]] = [(pinned_scores.get(e.pk, 0.0), e) for e in pinned]
+    ranked: list[tuple[float, Example]] = [(pinned_scores.get(e.pk, 0.0), e) for e in pinned[:k]]
     kept_vectors: list[list[float]] = []
     for hit, example in live:
         if len(ranked) >= k:
@@ -74,6 +91,19 @@ def examples_retrieve(
         kept_vectors.append(hit.vector)
         ranked.append((hit.score, example))
 
+    nearest = [(pinned_scores[e.pk], e.weight, e) for e in pinned if e.pk in pinned_scores]
+    nearest += [(hit.score, example.weight, example) for hit, example in live]
+    nearest.sort(key=lambda triple: -triple[0] * triple[1])
+    neighbours = [
+        RetrievedExample(example=example, score=score, rank=rank)
+        for rank, (score, _, example) in enumerate(nearest[:pool], start=1)
+    ]
+    return Recall(examples=_within_budget(ranked, token_budget), neighbours=neighbours)
+
+
+def _within_budget(
+    ranked: list[tuple[float, Example]], token_budget: int
+) -> list[RetrievedExample]:
     chosen: list[RetrievedExample] = []
     used_tokens = 0
     for score, example in ranked:

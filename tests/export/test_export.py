@@ -105,7 +105,18 @@ def test_the_canonical_record_has_every_documented_field(
             "created_at",
         }
         assert all(
-            set(c) == {"id", "position", "text", "status", "model", "params", "fields"}
+            set(c)
+            == {
+                "id",
+                "position",
+                "text",
+                "status",
+                "source",
+                "source_example_id",
+                "model",
+                "params",
+                "fields",
+            }
             for c in record["candidates"]
         )
         assert record["reviewer"] == user.username
@@ -117,6 +128,23 @@ def test_the_canonical_record_has_every_documented_field(
     assert edited["final_text"] == "b1, improved"
     assert edited["retrieved_examples"][0]["score"] == 0.81
     assert none["comment"] == "all wrong" and none["chosen_candidate_id"] is None
+
+
+def test_a_memory_candidate_is_exported_as_such(queue: Any, user: Any) -> None:
+    earlier = decided(queue, user, "chosen", ["stored answer", "other"])
+    stored = Example.objects.get(decision=earlier, role="preferred")
+    later = decided(queue, user, "chosen", ["stored answer", "model answer"])
+    Candidate.objects.filter(generation=later.generation, text="stored answer").update(
+        source=Candidate.Source.MEMORY, source_example=stored, model="memory"
+    )
+    record = next(r for r in export("canonical") if r["decision_id"] == later.pk)
+    by_text = {c["text"]: c for c in record["candidates"]}
+    assert by_text["stored answer"]["source"] == "memory"
+    assert by_text["stored answer"]["source_example_id"] == str(stored.pk)
+    assert by_text["stored answer"]["params"] == {}  # not sampled from a model
+    assert by_text["model answer"]["source"] == "llm"
+    assert by_text["model answer"]["source_example_id"] is None
+    assert by_text["model answer"]["params"] == {"temperature": 0.7, "max_tokens": 64}
 
 
 def test_trl_pairs_n_minus_one_per_choice_plus_one_per_edit(decisions: Any) -> None:

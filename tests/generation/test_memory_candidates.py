@@ -82,3 +82,18 @@ def test_no_memory_candidates_when_the_queue_offers_none(
     generation, enqueued = prepared(queue, user, "My card has not arrived yet.", n=2)
     assert {c.source for c in generation.candidates.all()} == {Candidate.Source.LLM}
     assert len(enqueued) == 2
+
+
+def test_memory_candidates_come_from_neighbours_beyond_the_prompts_k(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    # The nearest requests share one answer; a distinct one is further away than k = 1.
+    queue.k_examples, queue.memory_candidates, queue.memory_min_similarity = 1, 2, 0.5
+    queue.save()
+    remember(queue, user, "My card has not arrived yet.", "It ships in 3 days.")
+    remember(queue, user, "My card still has not arrived yet.", "It ships in 3 days.")
+    remember(queue, user, "My new card has not arrived.", "Check the tracking link.")
+    generation, _ = prepared(queue, user, "My card has not arrived yet.", n=3)
+    assert generation.retrievals.count() == 1  # the prompt keeps its k
+    memory = [c.text for c in generation.candidates.order_by("pk") if c.source == "memory"]
+    assert memory == ["It ships in 3 days.", "Check the tracking link."]

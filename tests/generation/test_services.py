@@ -183,7 +183,7 @@ def test_a_generation_that_cannot_be_prepared_fails_its_item(
     def broken_retrieval(**_: Any) -> list[Any]:
         raise RuntimeError("bug in retrieval")
 
-    monkeypatch.setattr(services.memory_selectors, "examples_retrieve", broken_retrieval)
+    monkeypatch.setattr(services.memory_selectors, "examples_recall", broken_retrieval)
     assert tasks.generation_prepare.apply(args=[fresh.pk]).failed()
     fresh.refresh_from_db()
     assert fresh.status == Generation.Status.FAILED

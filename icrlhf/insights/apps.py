@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class InsightsConfig(AppConfig):
+    name = "icrlhf.insights"
+    label = "insights"

@@ -1,0 +1,165 @@
+"""What a queue's dashboard shows: how its decisions, its memory and its retrieval evolve."""
+
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+
+from django.db.models import Count, Max, Q
+from django.utils import timezone
+
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.memory.models import Example
+from icrlhf.queues.models import Queue
+from icrlhf.review.models import Decision
+
+# A generation "found something relevant" when its best retrieved example is at least this
+# similar (cosine, all-MiniLM-L6-v2): paraphrases of one request score well above it.
+RELEVANT_SIMILARITY = 0.5
+DAYS = 30
+DECISIONS_PER_POINT = 25
+
+
+@dataclass
+class Window:
+    """Decision outcomes over one day, or over a run of consecutive decisions."""
+
+    label: str
+    decisions: int = 0
+    chosen: int = 0
+    chosen_from_memory: int = 0
+    edited: int = 0
+    none_acceptable: int = 0
+    times_ms: list[int] = field(default_factory=list)
+
+    def rate(self, count: int) -> float | None:
+        return count / self.decisions if self.decisions else None
+
+    @property
+    def median_seconds(self) -> float | None:
+        return statistics.median(self.times_ms) / 1000 if self.times_ms else None
+
+    def add(self, *, verdict: str, from_memory: bool, time_ms: int | None) -> None:
+        self.decisions += 1
+        if verdict == Decision.Verdict.CHOSEN:
+            self.chosen += 1
+            self.chosen_from_memory += from_memory
+        elif verdict == Decision.Verdict.EDITED:
+            self.edited += 1
+        else:
+            self.none_acceptable += 1
+        if time_ms is not None:
+            self.times_ms.append(time_ms)
+
+
+@dataclass(frozen=True)
+class Memory:
+    preferred_live: int  # active or pinned: what retrieval can use
+    pinned: int
+    retired: int
+    rejected: int
+    preferred_by_day: list[int]  # preferred examples stored by the end of each day
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    generations: int
+    relevant: int
+    relevant_by_day: list[float | None]
+
+    @property
+    def relevant_rate(self) -> float | None:
+        return self.relevant / self.generations if self.generations else None
+
+
+@dataclass(frozen=True)
+class Dashboard:
+    days: list[date]
+    totals: Window
+    by_day: list[Window]
+    by_count: list[Window]
+    memory: Memory
+    retrieval: Retrieval
+
+
+def _decisions(queue: Queue, days: list[date]) -> tuple[Window, list[Window], list[Window]]:
+    by_day = {day: Window(day.strftime("%b %d")) for day in days}
+    by_count: list[Window] = []
+    totals = Window("all")
+    rows = (
+        Decision.objects.filter(item__queue=queue, superseded_at__isnull=True)
+        .order_by("created_at", "pk")
+        .values_list("created_at", "verdict", "time_to_decide_ms", "chosen_candidate__source")
+    )
+    for number, (created_at, verdict, time_ms, source) in enumerate(rows.iterator()):
+        if number % DECISIONS_PER_POINT == 0:
+            by_count.append(Window(f"{number + 1}–{number + DECISIONS_PER_POINT}"))
+        day = by_day.get(timezone.localdate(created_at))
+        for window in (totals, by_count[-1], *([day] if day else [])):
+            window.add(
+                verdict=verdict, from_memory=source == Candidate.Source.MEMORY, time_ms=time_ms
+            )
+    return totals, list(by_day.values()), by_count
+
+
+def _memory(queue: Queue, days: list[date]) -> Memory:
+    examples = Example.objects.filter(queue=queue)
+    preferred = examples.filter(role=Example.Role.PREFERRED)
+    counts = preferred.aggregate(
+        live=Count("pk", filter=~Q(status=Example.Status.RETIRED)),
+        pinned=Count("pk", filter=Q(status=Example.Status.PINNED)),
+        retired=Count("pk", filter=Q(status=Example.Status.RETIRED)),
+    )
+    created: dict[date, int] = defaultdict(int)
+    for created_at in preferred.filter(created_at__date__gte=days[0]).values_list(
+        "created_at", flat=True
+    ):
+        created[timezone.localdate(created_at)] += 1
+    stored = preferred.filter(created_at__date__lt=days[0]).count()
+    by_day = []
+    for day in days:
+        stored += created[day]
+        by_day.append(stored)
+    return Memory(
+        preferred_live=counts["live"],
+        pinned=counts["pinned"],
+        retired=counts["retired"],
+        rejected=examples.filter(role=Example.Role.REJECTED).count(),
+        preferred_by_day=by_day,
+    )
+
+
+def _retrieval(queue: Queue, days: list[date]) -> Retrieval:
+    generations = Generation.objects.filter(
+        item__queue=queue, status=Generation.Status.DONE
+    ).annotate(top=Max("retrievals__score"))
+    total = relevant = 0
+    per_day: dict[date, list[int]] = defaultdict(lambda: [0, 0])
+    for created_at, top in generations.values_list("created_at", "top").iterator():
+        hit = top is not None and top >= RELEVANT_SIMILARITY
+        total += 1
+        relevant += hit
+        day = per_day[timezone.localdate(created_at)]
+        day[0] += 1
+        day[1] += hit
+    return Retrieval(
+        generations=total,
+        relevant=relevant,
+        relevant_by_day=[
+            per_day[day][1] / per_day[day][0] if day in per_day else None for day in days
+        ],
+    )
+
+
+def queue_dashboard(*, queue: Queue) -> Dashboard:
+    today = timezone.localdate()
+    days = [today - timedelta(days=offset) for offset in range(DAYS - 1, -1, -1)]
+    totals, by_day, by_count = _decisions(queue, days)
+    return Dashboard(
+        days=days,
+        totals=totals,
+        by_day=by_day,
+        by_count=by_count,
+        memory=_memory(queue, days),
+        retrieval=_retrieval(queue, days),
+    )

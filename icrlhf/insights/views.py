@@ -1,0 +1,69 @@
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.safestring import SafeString, mark_safe
+
+from icrlhf.insights.charts import Series, line_chart
+from icrlhf.insights.selectors import RELEVANT_SIMILARITY, Window, queue_dashboard
+from icrlhf.queues.access import queue_for_member
+
+
+def _outcomes(windows: list[Window], x_title: str) -> str:
+    return line_chart(
+        title=f"Outcomes by {x_title}",
+        x_title=x_title,
+        x_labels=[w.label for w in windows],
+        series=[
+            Series("accepted as is", "#1d7a3a", [w.rate(w.chosen) for w in windows]),
+            Series("…from memory", "#6bbf7f", [w.rate(w.chosen_from_memory) for w in windows]),
+            Series("edited", "#0b5cad", [w.rate(w.edited) for w in windows]),
+            Series("none acceptable", "#b3261e", [w.rate(w.none_acceptable) for w in windows]),
+        ],
+    )
+
+
+def _seconds(windows: list[Window], x_title: str) -> str:
+    values = [w.median_seconds for w in windows]
+    return line_chart(
+        title=f"Median time per decision by {x_title}",
+        x_title=x_title,
+        x_labels=[w.label for w in windows],
+        series=[Series("seconds", "#8a5a00", values)],
+        y_max=max([v for v in values if v is not None] or [1.0]) * 1.1,
+        y_label=lambda v: f"{v:.0f} s",
+    )
+
+
+def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
+    queue = queue_for_member(request.user, slug=slug)
+    board = queue_dashboard(queue=queue)
+    day_labels = [day.strftime("%b %d") for day in board.days]
+    stored = board.memory.preferred_by_day
+    charts = {
+        "outcomes_by_count": _outcomes(board.by_count, "decision count"),
+        "outcomes_by_day": _outcomes(board.by_day, "day"),
+        "time_by_count": _seconds(board.by_count, "decision count"),
+        "time_by_day": _seconds(board.by_day, "day"),
+        "memory": line_chart(
+            title="Preferred examples stored",
+            x_title="day",
+            x_labels=day_labels,
+            series=[Series("stored", "#5b3cc4", [float(n) for n in stored])],
+            y_max=max(stored[-1], 1) * 1.1,
+            y_label=lambda v: f"{v:.0f}",
+        ),
+        "retrieval": line_chart(
+            title="Generations whose retrieval found a relevant example",
+            x_title="day",
+            x_labels=day_labels,
+            series=[Series("relevant", "#0f766e", board.retrieval.relevant_by_day)],
+        ),
+    }
+    # Every label in these SVGs is escaped by line_chart, the rest are numbers: safe to insert.
+    safe: dict[str, SafeString] = {name: mark_safe(svg) for name, svg in charts.items()}  # noqa: S308
+    context = {
+        "queue": queue,
+        "board": board,
+        "charts": safe,
+        "relevant_similarity": RELEVANT_SIMILARITY,
+    }
+    return render(request, "insights/dashboard.html", context)

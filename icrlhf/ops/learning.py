@@ -1,0 +1,114 @@
+"""The learning-curve benchmark's parts that do not drive the product: the data split, the
+simulated reviewer's comparison, statistics and the chart."""
+
+import csv
+import math
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from icrlhf.insights.charts import Series, line_chart
+
+
+@dataclass(frozen=True)
+class Labelled:
+    text: str
+    label: str
+
+
+def banking77_split(
+    path: Path, *, seed: int, test: int, stream: int
+) -> tuple[list[Labelled], list[Labelled]]:
+    """A fixed, seeded split: held-out messages, and the stream of decisions to learn from."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = [Labelled(r["text"].strip(), r["category"].strip()) for r in csv.DictReader(handle)]
+    random.Random(seed).shuffle(rows)
+    return rows[:test], rows[test : test + stream]
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9_ ]+", " ", text.lower().replace("-", "_")).split()
+
+
+def label_of(answer: str, labels: list[str]) -> str:
+    """The label a free-text answer names on its first line, compared case- and
+    punctuation-blind (Banking77 has `Refund_not_showing_up` and `reverted_card_payment?`);
+    failing that, the first word of that line that is a label; "" when none."""
+    by_form = {"_".join(_words(label)): label for label in labels}
+    words = _words((answer.strip().splitlines() or [""])[0])
+    if "_".join(words) in by_form:
+        return by_form["_".join(words)]
+    return next((by_form[word] for word in words if word in by_form), "")
+
+
+def wilson(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    if total == 0:
+        return (0.0, 0.0)
+    p = successes / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def two_proportion_p(a: int, n_a: int, b: int, n_b: int) -> float:
+    """Two-sided p-value that two rates differ (pooled z-test)."""
+    if n_a == 0 or n_b == 0:
+        return 1.0
+    pooled = (a + b) / (n_a + n_b)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
+    if se == 0:
+        return 1.0 if a / n_a == b / n_b else 0.0
+    z = abs(a / n_a - b / n_b) / se
+    return math.erfc(z / math.sqrt(2))
+
+
+# (key, name, colour): every rate the benchmark measures at each number of stored decisions.
+SERIES = (
+    ("acceptance", "best-of-N acceptance", "#1d7a3a"),
+    ("first_accuracy", "first candidate", "#0b5cad"),
+    ("knn_top1", "kNN top-1 label", "#8a5a00"),
+    ("llm_with_examples", "LLM, retrieved examples", "#7b3fa0"),
+    ("random_examples", "LLM, random examples", "#b3261e"),
+    ("no_retrieval", "LLM, no retrieval", "#5b6672"),
+)
+# Steps of the curve that must be significant, and for which rates.
+SIGNIFICANT_RATES = ("acceptance", "first_accuracy")
+
+Counts = dict[str, tuple[int, int]]  # rate key → (hits, total)
+
+
+def summarise(counts: Counts) -> dict[str, Any]:
+    """Each rate with its 95% Wilson interval and its sample size; None where nothing was
+    measured (the kNN baseline with an empty memory, say)."""
+    row: dict[str, Any] = {}
+    for key, (hits, total) in counts.items():
+        row[key] = hits / total if total else None
+        row[f"{key}_ci"] = list(wilson(hits, total)) if total else None
+        row[f"{key}_n"] = total
+    return row
+
+
+def significance(counts_by_size: dict[int, Counts]) -> dict[str, dict[str, float]]:
+    """p-values of each step between consecutive sizes, e.g. {"0→50": {"acceptance": …}}."""
+    sizes = sorted(counts_by_size)
+    return {
+        f"{before}→{after}": {
+            key: two_proportion_p(*counts_by_size[before][key], *counts_by_size[after][key])
+            for key in SIGNIFICANT_RATES
+        }
+        for before, after in zip(sizes, sizes[1:], strict=False)
+    }
+
+
+def curve_svg(sizes: list[int], results: dict[str, dict[str, float | None]]) -> str:
+    return line_chart(
+        title="Learning curve",
+        x_labels=[str(size) for size in sizes],
+        x_title="stored decisions",
+        series=[
+            Series(name, colour, [results[str(size)].get(key) for size in sizes])
+            for key, name, colour in SERIES
+        ],
+    )

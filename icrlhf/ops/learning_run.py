@@ -1,0 +1,223 @@
+"""The inner loop of bench_learning: runs inside the throw-away world, with Django set up and
+a real worker (retrieval, memory candidates, the configured LLM) consuming its queue."""
+
+import json
+import random
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+
+from icrlhf.generation.models import Candidate
+from icrlhf.generation.prompts import PromptExample, messages_build
+from icrlhf.integrations import llm
+from icrlhf.memory.models import Example
+from icrlhf.ops.learning import Counts, Labelled, banking77_split, label_of, significance, summarise
+from icrlhf.ops.stack import wait_until
+from icrlhf.queues.models import Item, Queue
+from icrlhf.queues.services import item_create
+from icrlhf.review.services import decision_record
+
+MAX_TOKENS = 12  # An intent label is a few tokens; more only adds chatter.
+
+
+@dataclass(frozen=True)
+class Bench:
+    labels: list[str]
+    held_out: list[Labelled]
+    stream: list[Labelled]
+    reviewer: User
+    queue: Queue  # the product as configured: retrieval and memory candidates
+    plain: Queue  # the same model and prompt, nothing retrieved: the baseline
+    temperature: float
+
+
+def _bench_build(options: dict[str, Any], stream_size: int) -> Bench:
+    data = settings.SHARED_DATA_DIR / "banking77"
+    labels: list[str] = json.loads((data / "categories.json").read_text())
+    held_out, stream = banking77_split(
+        data / "test.csv", seed=options["seed"], test=options["test"], stream=stream_size
+    )
+    common = {
+        "system_prompt": (
+            "Classify the bank customer's message as exactly one of these intents: "
+            + ", ".join(labels)
+            + ". Answer with the intent label only."
+        ),
+        "max_tokens": MAX_TOKENS,
+        "example_token_budget": 4000,
+        "temperature": options["temperature"],
+    }
+    queue = Queue.objects.create(
+        slug="learning",
+        name="Learning",
+        n_candidates=options["candidates"],
+        k_examples=5,
+        min_similarity=-1.0,
+        memory_candidates=options["memory_candidates"],
+        memory_min_similarity=-1.0,
+        **common,
+    )
+    plain = Queue.objects.create(
+        slug="plain",
+        name="No retrieval",
+        n_candidates=1,
+        k_examples=0,
+        memory_candidates=0,
+        **common,
+    )
+    return Bench(
+        labels=labels,
+        held_out=held_out,
+        stream=stream,
+        reviewer=User.objects.create_user("bench-reviewer"),
+        queue=queue,
+        plain=plain,
+        temperature=options["temperature"],
+    )
+
+
+def _generate(bench: Bench, queue: Queue, rows: list[Labelled], n: int | None = None) -> list[Item]:
+    """Creates the items through the product's service and waits for the worker to settle them."""
+    ids = [
+        item_create(queue=queue, input_text=row.text, created_by=bench.reviewer, n_candidates=n).pk
+        for row in rows
+    ]
+    wait_until(
+        lambda: not Item.objects.filter(pk__in=ids, status=Item.Status.GENERATING).exists(),
+        timeout_s=3600,
+        what="generation",
+    )
+    return list(Item.objects.filter(pk__in=ids).order_by("pk"))
+
+
+def _candidates(item: Item) -> list[Candidate]:
+    """Done candidates in the order the system ranks them: memory's answers, nearest first,
+    then the model's (the reviewer sees them shuffled)."""
+    return list(item.generations.get().candidates.filter(status="done").order_by("pk"))
+
+
+def _learn(bench: Bench, rows: list[Labelled]) -> None:
+    """The simulated reviewer: picks the candidate naming the gold intent, or edits one to it."""
+    items = _generate(bench, bench.queue, rows, n=1)
+    for item, row in zip(items, rows, strict=True):
+        candidates = _candidates(item)
+        if not candidates:
+            continue
+        right = next((c for c in candidates if label_of(c.text, bench.labels) == row.label), None)
+        decision_record(
+            item_id=item.pk,
+            reviewer=bench.reviewer,
+            verdict="chosen" if right else "edited",
+            candidate_id=(right or candidates[0]).pk,
+            final_text=row.label,
+        )
+    wait_until(
+        lambda: not Example.objects.exclude(index_state=Example.IndexState.INDEXED).exists(),
+        timeout_s=600,
+        what="indexing",
+    )
+
+
+def _evaluate(bench: Bench, *, memory_size: int) -> tuple[Counts, float]:
+    """Scores the held-out messages, generated through the product; also returns the share
+    of candidates that came from memory (LLM calls saved)."""
+    first = accepted = llm_right = llm_total = knn = gold_retrieved = 0
+    from_memory = total_candidates = 0
+    items = _generate(bench, bench.queue, bench.held_out)
+    for item, row in zip(items, bench.held_out, strict=True):
+        candidates = _candidates(item)
+        named = [label_of(c.text, bench.labels) for c in candidates]
+        first += bool(named) and named[0] == row.label
+        accepted += row.label in named
+        model_named = [n for n, c in zip(named, candidates, strict=True) if c.source == "llm"]
+        if model_named:
+            llm_total += 1
+            llm_right += model_named[0] == row.label
+        from_memory += len(candidates) - len(model_named)
+        total_candidates += len(candidates)
+        retrieved = [
+            label_of(r.example.output_text, bench.labels)
+            for r in item.generations.get().retrievals.select_related("example").order_by("rank")
+        ]
+        knn += bool(retrieved) and retrieved[0] == row.label
+        gold_retrieved += row.label in retrieved
+    n = len(bench.held_out)
+    measured_n = n if memory_size else 0
+    counts = {
+        "first_accuracy": (first, n),
+        "acceptance": (accepted, n),
+        "llm_with_examples": (llm_right, llm_total),
+        "knn_top1": (knn, measured_n),
+        "gold_retrieved": (gold_retrieved, measured_n),
+    }
+    return counts, from_memory / total_candidates if total_candidates else 0.0
+
+
+def _no_retrieval(bench: Bench) -> tuple[int, int]:
+    items = _generate(bench, bench.plain, bench.held_out)
+    hits = 0
+    for item, row in zip(items, bench.held_out, strict=True):
+        candidates = _candidates(item)
+        hits += bool(candidates) and label_of(candidates[0].text, bench.labels) == row.label
+    return hits, len(items)
+
+
+def _random_examples(bench: Bench, rows: list[Labelled], rng: random.Random) -> tuple[int, int]:
+    """The control: the same prompt, with stored examples drawn at random instead of retrieved.
+    If this matched retrieval, similarity would not be what helps."""
+    preferred = list(Example.objects.filter(queue=bench.queue, role=Example.Role.PREFERRED))
+    hits = 0
+    for row in rows:
+        shown = rng.sample(preferred, min(bench.queue.k_examples, len(preferred)))
+        messages = messages_build(
+            system_prompt=bench.queue.system_prompt,
+            guidelines="",
+            guidelines_version=1,
+            examples=[PromptExample(e.input_text, e.output_text) for e in shown],
+            request=row.text,
+        )
+        try:
+            answer = llm.complete(
+                messages=messages,
+                model=settings.LLM_MODEL,
+                params={"temperature": bench.temperature, "max_tokens": MAX_TOKENS},
+            ).text
+        except llm.LLMError:
+            answer = ""
+        hits += label_of(answer, bench.labels) == row.label
+    return hits, len(rows)
+
+
+def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
+    bench = _bench_build(options, stream_size=max(sizes))
+    rng = random.Random(options["seed"])
+    no_retrieval = _no_retrieval(bench)  # does not depend on memory: measured once
+    counts_by_size: dict[int, Counts] = {}
+    saved_by_size: dict[int, float] = {}
+    stored = 0
+    for size in sizes:
+        _learn(bench, bench.stream[stored:size])
+        stored = size
+        counts, saved_by_size[size] = _evaluate(bench, memory_size=size)
+        control_rows = bench.held_out[: options["control"]] if size else []
+        counts_by_size[size] = {
+            **counts,
+            "no_retrieval": no_retrieval,
+            "random_examples": _random_examples(bench, control_rows, rng),
+        }
+    return {
+        "sizes": {
+            str(size): {**summarise(counts), "llm_calls_saved": saved_by_size[size]}
+            for size, counts in counts_by_size.items()
+        },
+        "significance": significance(counts_by_size),
+        "test": len(bench.held_out),
+        "candidates": bench.queue.n_candidates,
+        "memory_candidates": bench.queue.memory_candidates,
+        "temperature": bench.temperature,
+        "seed": options["seed"],
+        "finished_at": time.time(),
+    }

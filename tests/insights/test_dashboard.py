@@ -1,0 +1,133 @@
+"""The per-queue dashboard: figures from real decisions, charts as inline SVG, members only."""
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from icrlhf.generation.models import Candidate
+from icrlhf.insights.selectors import DECISIONS_PER_POINT, queue_dashboard
+from icrlhf.memory.models import Example, Retrieval
+from icrlhf.review.models import Decision
+from icrlhf.review.services import decision_record
+from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
+
+pytestmark = pytest.mark.django_db
+
+
+def decide(
+    queue: Any, user: Any, verdict: str, *, seconds: int = 10, from_memory: bool = False
+) -> Decision:
+    item = ItemFactory(queue=queue)
+    generation = ready_generation(item, ["first answer", "second answer"])
+    candidate = generation.candidates.order_by("pk").first()
+    assert candidate is not None
+    if from_memory:
+        Candidate.objects.filter(pk=candidate.pk).update(source=Candidate.Source.MEMORY)
+    return decision_record(
+        item_id=item.pk,
+        reviewer=user,
+        verdict=verdict,
+        candidate_id=None if verdict == "none_acceptable" else candidate.pk,
+        final_text="an edited answer" if verdict == "edited" else "",
+        time_to_decide_ms=seconds * 1000,
+    )
+
+
+def test_totals_count_each_verdict_and_the_median_time(queue: Any, user: Any) -> None:
+    decide(queue, user, "chosen", seconds=4, from_memory=True)
+    decide(queue, user, "chosen", seconds=6)
+    decide(queue, user, "edited", seconds=30)
+    decide(queue, user, "none_acceptable", seconds=8)
+    board = queue_dashboard(queue=queue)
+    totals = board.totals
+    assert (totals.decisions, totals.chosen, totals.edited, totals.none_acceptable) == (4, 2, 1, 1)
+    assert totals.chosen_from_memory == 1
+    assert totals.median_seconds == 7.0
+    assert board.by_day[-1].decisions == 4  # today is the last day shown
+    assert all(day.decisions == 0 for day in board.by_day[:-1])
+
+
+def test_outcomes_by_decision_count_show_learning_as_a_rising_acceptance(
+    queue: Any, user: Any
+) -> None:
+    for _ in range(DECISIONS_PER_POINT):
+        decide(queue, user, "edited")
+    for _ in range(DECISIONS_PER_POINT):
+        decide(queue, user, "chosen")
+    decide(queue, user, "none_acceptable")
+    runs = queue_dashboard(queue=queue).by_count
+    assert [run.label for run in runs] == ["1–25", "26–50", "51–75"]
+    assert [run.rate(run.chosen) for run in runs] == [0.0, 1.0, 0.0]
+    assert [run.rate(run.edited) for run in runs] == [1.0, 0.0, 0.0]
+    assert runs[2].none_acceptable == 1
+
+
+def test_an_undone_decision_is_not_counted(queue: Any, user: Any) -> None:
+    decision = decide(queue, user, "chosen")
+    Decision.objects.filter(pk=decision.pk).update(superseded_at=timezone.now())
+    assert queue_dashboard(queue=queue).totals.decisions == 0
+
+
+def test_memory_counts_live_pinned_retired_and_rejected_examples(queue: Any, user: Any) -> None:
+    decide(queue, user, "chosen")  # 1 preferred, 1 rejected
+    decide(queue, user, "chosen")
+    decide(queue, user, "none_acceptable")  # 2 rejected
+    preferred = Example.objects.filter(queue=queue, role="preferred").order_by("created_at")
+    Example.objects.filter(pk=preferred[0].pk).update(status=Example.Status.PINNED)
+    Example.objects.filter(pk=preferred[1].pk).update(status=Example.Status.RETIRED)
+    memory = queue_dashboard(queue=queue).memory
+    assert (memory.preferred_live, memory.pinned, memory.retired, memory.rejected) == (1, 1, 1, 4)
+    assert memory.preferred_by_day[-1] == 2  # stored, whatever became of them since
+    Example.objects.filter(queue=queue).update(created_at=timezone.now() - timedelta(days=3))
+    assert queue_dashboard(queue=queue).memory.preferred_by_day[-4:] == [2, 2, 2, 2]
+
+
+def test_retrieval_is_relevant_when_the_best_example_is_similar_enough(
+    queue: Any, user: Any
+) -> None:
+    decide(queue, user, "chosen")
+    example = Example.objects.get(queue=queue, role="preferred")
+    for best in (0.9, 0.3):
+        generation = ready_generation(ItemFactory(queue=queue), ["answer"])
+        Retrieval.objects.create(generation=generation, example=example, score=best, rank=1)
+    ready_generation(ItemFactory(queue=queue), ["answer"])  # retrieved nothing
+    retrieval = queue_dashboard(queue=queue).retrieval
+    assert (retrieval.generations, retrieval.relevant) == (4, 1)  # the decided one had none
+    assert retrieval.relevant_by_day[-1] == 0.25
+    assert retrieval.relevant_by_day[0] is None  # no generation that day
+
+
+def test_the_page_shows_figures_and_six_charts(queue: Any, user: Any, logged_in: Client) -> None:
+    decide(queue, user, "chosen", seconds=5)
+    decide(queue, user, "edited", seconds=5)
+    page = logged_in.get(f"/q/{queue.slug}/dashboard/").content.decode()
+    assert page.count("<svg") == 6
+    assert "<polyline" in page  # something was drawn
+    assert "50%</strong><span>accepted as is" in page
+    assert "5.0 s</strong>" in page
+    assert "<script" not in page.split("<main", 1)[1]
+
+
+def test_an_empty_queue_says_so(queue: Any, logged_in: Client) -> None:
+    response = logged_in.get(f"/q/{queue.slug}/dashboard/")
+    assert response.status_code == 200
+    assert "No decisions yet" in response.content.decode()
+
+
+def test_the_queue_name_is_escaped(user: Any, logged_in: Client) -> None:
+    queue = QueueFactory(name="<img src=x onerror=alert(1)>", members=[user])
+    page = logged_in.get(f"/q/{queue.slug}/dashboard/").content.decode()
+    assert "<img src=x" not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def test_only_members_see_a_queue_dashboard(queue: Any) -> None:
+    outsider = Client()
+    outsider.force_login(UserFactory())
+    assert outsider.get(f"/q/{queue.slug}/dashboard/").status_code == 404
+    anonymous = Client().get(f"/q/{queue.slug}/dashboard/")
+    assert anonymous.status_code == 302
+    assert "/accounts/login/" in anonymous["Location"]

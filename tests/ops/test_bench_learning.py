@@ -1,0 +1,44 @@
+"""The learning-curve benchmark, small: the real loop (worker on Redis, Qdrant local store,
+fastembed, the local LLM through litellm) on a slice of Banking77. The full curve is
+`python manage.py bench_learning`; this proves the command works and memory helps."""
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+pytestmark = [pytest.mark.integration, pytest.mark.llm]
+
+
+def test_a_small_learning_curve_rises_with_stored_decisions(tmp_path: Path) -> None:
+    out = io.StringIO()
+    call_command(
+        "bench_learning",
+        "--sizes=0,40",
+        "--test=20",
+        "--control=5",
+        "--candidates=3",
+        "--memory-candidates=2",
+        f"--out={tmp_path}",
+        "--json",
+        stdout=out,
+    )
+    lines = out.getvalue().strip().splitlines()
+    result = json.loads(lines[-1])
+    empty, learned = result["sizes"]["0"], result["sizes"]["40"]
+    for row in (empty, learned):
+        assert {"first_accuracy", "acceptance", "knn_top1", "no_retrieval"} <= row.keys()
+        assert row["acceptance"] >= row["first_accuracy"]  # the first is one of the N
+    assert empty["knn_top1"] is None  # nothing stored, nothing to copy
+    assert empty["llm_calls_saved"] == 0
+    # Memory answers some candidates without the LLM, and the right intent appears more often.
+    assert learned["llm_calls_saved"] > 0
+    assert learned["acceptance"] > empty["acceptance"]
+    assert learned["first_accuracy"] >= learned["knn_top1"]
+    assert empty["no_retrieval"] == learned["no_retrieval"]  # measured once
+    assert set(result["significance"]) == {"0→40"}
+    assert json.loads((tmp_path / "learning.json").read_text())["sizes"] == result["sizes"]
+    assert (tmp_path / "learning.svg").read_text().startswith("<svg")
+    assert any(line.startswith("     40 |") for line in lines)  # the printed table

@@ -1,0 +1,73 @@
+"""The learning benchmark's pure parts: the split, the simulated reviewer's reading of an
+answer, and the statistics (no services)."""
+
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from icrlhf.ops.learning import (
+    banking77_split,
+    label_of,
+    significance,
+    summarise,
+    two_proportion_p,
+    wilson,
+)
+
+LABELS = ["card_arrival", "Refund_not_showing_up", "reverted_card_payment?", "pin_blocked"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "label"),
+    [
+        ("card_arrival", "card_arrival"),
+        ("  Card arrival\nYour card is on its way.", "card_arrival"),
+        ("card-arrival.", "card_arrival"),
+        ("refund_not_showing_up", "Refund_not_showing_up"),
+        ("Reverted card payment", "reverted_card_payment?"),
+        ("The intent is pin_blocked.", "pin_blocked"),
+        ("card arrival is late", ""),  # neither the whole line nor one word is a label
+        ("Some chatter\ncard_arrival", ""),  # only the first line counts
+        ("", ""),
+    ],
+)
+def test_an_answer_names_a_label_on_its_first_line(answer: str, label: str) -> None:
+    assert label_of(answer, LABELS) == label
+
+
+def test_the_split_is_fixed_by_its_seed_and_disjoint() -> None:
+    path: Path = settings.SHARED_DATA_DIR / "banking77" / "test.csv"
+    held_out, stream = banking77_split(path, seed=7, test=150, stream=600)
+    again, _ = banking77_split(path, seed=7, test=150, stream=600)
+    other, _ = banking77_split(path, seed=8, test=150, stream=600)
+    assert (len(held_out), len(stream)) == (150, 600)
+    assert held_out == again and held_out != other
+    assert not {r.text for r in held_out} & {r.text for r in stream}
+
+
+def test_wilson_interval_brackets_the_rate_and_narrows_with_more_data() -> None:
+    low, high = wilson(45, 150)
+    assert low < 0.3 < high
+    wide = wilson(9, 30)
+    assert wide[1] - wide[0] > high - low
+    assert wilson(0, 150)[0] == 0.0 and wilson(150, 150)[1] == pytest.approx(1.0)
+
+
+def test_two_proportions_differ_significantly_only_when_they_do() -> None:
+    assert two_proportion_p(30, 150, 60, 150) < 0.001
+    assert two_proportion_p(30, 150, 33, 150) > 0.5
+    assert two_proportion_p(0, 0, 1, 10) == 1.0
+
+
+def test_summary_and_significance_per_step() -> None:
+    counts = {
+        0: {"acceptance": (0, 150), "first_accuracy": (0, 150), "knn_top1": (0, 0)},
+        50: {"acceptance": (60, 150), "first_accuracy": (50, 150), "knn_top1": (50, 150)},
+    }
+    row = summarise(counts[0])
+    assert row["acceptance"] == 0.0 and row["acceptance_n"] == 150
+    assert row["knn_top1"] is None and row["knn_top1_ci"] is None  # nothing to measure
+    steps = significance(counts)
+    assert list(steps) == ["0→50"]
+    assert steps["0→50"]["acceptance"] < 1e-6 and steps["0→50"]["first_accuracy"] < 1e-6
