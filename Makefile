@@ -12,12 +12,13 @@ PORT ?= 8000
 # llama-cpp-python compiles llama.cpp; the multimodal part is not needed.
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
 
-.PHONY: help run test bench lint install-run install-test models secret-key browser
+.PHONY: help run test bench chaos lint install-run install-test models secret-key browser
 
 help:
 	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
 	@echo "make test   - install everything and run the whole test suite"
 	@echo "make bench  - run the benchmarks (pipeline, review page, curation, export, learning curve)"
+	@echo "make chaos  - inject faults into the real loop and print what was lost or stuck"
 	@echo "make lint   - ruff and mypy"
 
 $(BIN)/python:
@@ -67,6 +68,9 @@ bench: install-test models secret-key
 	$(BIN)/python manage.py bench_curation $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_export $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_learning $(BENCH_ARGS)
+
+chaos: install-test models secret-key
+	$(BIN)/python manage.py chaos $(CHAOS_ARGS)
 
 lint: install-test
 	$(BIN)/ruff check .

@@ -1,6 +1,5 @@
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -28,12 +27,6 @@ def wait_for(check: Callable[[], Any], *, timeout_s: float = 30, what: str = "co
             return result
         time.sleep(0.1)
     raise AssertionError(f"Timed out after {timeout_s} s waiting for {what}")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

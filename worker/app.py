@@ -23,6 +23,11 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     from django.conf import settings
 
     sender.add_periodic_task(
+        settings.GENERATION_SWEEP_INTERVAL_S,
+        sender.signature("generation.sweep"),
+        name="re-enqueue generations a dead worker or a lost message left behind",
+    )
+    sender.add_periodic_task(
         settings.MEMORY_SWEEP_INTERVAL_S,
         sender.signature("memory.examples_sweep"),
         name="re-index examples still pending or failed",

@@ -1,12 +1,14 @@
 import logging
 import random
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from icrlhf.generation import tasks
@@ -48,7 +50,8 @@ def generation_start(*, item: Item, n_candidates: int) -> Generation:
     Candidate.objects.bulk_create(
         Candidate(generation=generation, position=position) for position in positions
     )
-    transaction.on_commit(lambda: tasks.generation_prepare.delay(generation.pk))
+    # robust: with the broker down the item is still saved; the sweeper enqueues it later.
+    transaction.on_commit(lambda: tasks.generation_prepare.delay(generation.pk), robust=True)
     return generation
 
 
@@ -67,7 +70,7 @@ def candidate_retry(*, candidate_id: int) -> None:
     Item.objects.filter(pk=candidate.generation.item_id, status=Item.Status.FAILED).update(
         status=Item.Status.GENERATING
     )
-    transaction.on_commit(lambda: tasks.candidate_generate.delay(candidate_id))
+    transaction.on_commit(lambda: tasks.candidate_generate.delay(candidate_id), robust=True)
 
 
 @transaction.atomic
@@ -149,7 +152,9 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             pending=pending, neighbours=recall.neighbours, queue=queue
         )
         candidate_ids = [c.pk for c in pending[answered:]]
-        transaction.on_commit(lambda: [tasks.candidate_generate.delay(pk) for pk in candidate_ids])
+        transaction.on_commit(
+            lambda: [tasks.candidate_generate.delay(pk) for pk in candidate_ids], robust=True
+        )
     if not candidate_ids:
         generation_finish_if_complete(generation_id=generation_id)
     return candidate_ids
@@ -199,22 +204,29 @@ def candidate_generate(*, candidate_id: int, mock_response: str | None = None) -
     """Claim a candidate, call the model once, save the answer or the error.
 
     A transient error puts the candidate back to pending and re-raises, so the task retries.
+    Attempts are capped on the row, not only on the task: a candidate enqueued again (by the
+    sweeper, by a redelivery) never calls the model more than LLM_MAX_RETRIES + 1 times.
     """
     now = timezone.now()
-    claimed = (
-        Candidate.objects.filter(pk=candidate_id)
-        .filter(
-            Q(status=Candidate.Status.PENDING)
-            | Q(status=Candidate.Status.RUNNING, lease_expires_at__lt=now)
-        )
-        .update(
-            status=Candidate.Status.RUNNING,
-            lease_expires_at=now + _candidate_lease(),
-            attempts=F("attempts") + 1,
-            started_at=now,
-        )
+    max_attempts = settings.LLM_MAX_RETRIES + 1
+    claimable = Candidate.objects.filter(pk=candidate_id).filter(
+        Q(status=Candidate.Status.PENDING)
+        | Q(status=Candidate.Status.RUNNING, lease_expires_at__lt=now)
+    )
+    claimed = claimable.filter(attempts__lt=max_attempts).update(
+        status=Candidate.Status.RUNNING,
+        lease_expires_at=now + _candidate_lease(),
+        attempts=F("attempts") + 1,
+        started_at=now,
     )
     if not claimed:
+        last_error = claimable.values_list("error", flat=True).first()
+        if last_error is not None:  # claimable, but out of attempts
+            reason = last_error.removeprefix("Retrying: ") or "Its worker stopped while generating."
+            candidate_fail(
+                candidate_id=candidate_id,
+                message=f"Gave up after {max_attempts} attempts. {reason}",
+            )
         return
     candidate = Candidate.objects.select_related("generation__item__queue").get(pk=candidate_id)
     generation = candidate.generation
@@ -310,3 +322,47 @@ def generation_finish_if_complete(*, generation_id: int) -> None:
                 status=Item.Status.READY if any_done else Item.Status.FAILED,
                 updated_at=timezone.now(),
             )
+
+
+@dataclass(frozen=True)
+class Sweep:
+    prepare: list[int]  # generation ids to prepare again
+    generate: list[int]  # candidate ids to generate again
+
+
+def generations_sweep(*, broker_idle: bool) -> Sweep:
+    """Finds generation work that no task will finish, and says what to enqueue again.
+
+    A running row whose lease expired lost its worker (killed, out of memory): it is claimable
+    again (and a candidate out of attempts fails when its task claims it). A pending row has a
+    message in the broker, unless the broker lost it (a restart); that is only knowable when
+    the broker's queue is empty (`broker_idle`) and the row has waited longer than any retry
+    would. Enqueuing twice is harmless: every task claims its row with a conditional UPDATE.
+    """
+    now = timezone.now()
+    generate = set(
+        Candidate.objects.filter(
+            status=Candidate.Status.RUNNING, lease_expires_at__lt=now
+        ).values_list("pk", flat=True)
+    )
+    prepare = set(
+        Generation.objects.filter(
+            status=Generation.Status.PREPARING, lease_expires_at__lt=now
+        ).values_list("pk", flat=True)
+    )
+    if broker_idle:
+        lost_before = now - timedelta(seconds=settings.GENERATION_LOST_AFTER_S)
+        prepare |= set(
+            Generation.objects.filter(
+                status=Generation.Status.PENDING, created_at__lt=lost_before
+            ).values_list("pk", flat=True)
+        )
+        generate |= set(
+            Candidate.objects.filter(
+                status=Candidate.Status.PENDING, generation__status=Generation.Status.RUNNING
+            )
+            .annotate(waiting_since=Coalesce("started_at", "generation__prepared_at"))
+            .filter(waiting_since__lt=lost_before)
+            .values_list("pk", flat=True)
+        )
+    return Sweep(prepare=sorted(prepare), generate=sorted(generate))

@@ -1,10 +1,14 @@
+import logging
 from typing import Any
 
-from celery import Task, shared_task
+from celery import Task, current_app, shared_task
 from django.conf import settings
+from kombu.exceptions import ChannelError
 
 from icrlhf.generation import services
 from icrlhf.integrations.llm import TransientLLMError
+
+logger = logging.getLogger(__name__)
 
 
 class PrepareTask(Task):  # type: ignore[misc]
@@ -54,3 +58,31 @@ class CandidateTask(Task):  # type: ignore[misc]
 )
 def candidate_generate(candidate_id: int) -> None:
     services.candidate_generate(candidate_id=candidate_id)
+
+
+def _broker_backlog() -> int:
+    """Messages waiting in the broker queue the worker consumes."""
+    with current_app.connection_for_read() as connection:
+        try:
+            declared = connection.default_channel.queue_declare(
+                queue=settings.CELERY_TASK_DEFAULT_QUEUE, passive=True
+            )
+        except ChannelError:  # Redis drops an empty queue's key: "no queue" means empty
+            return 0
+    return int(declared.message_count)
+
+
+@shared_task(name="generation.sweep")
+def generations_sweep() -> None:
+    """Periodic: re-enqueue generation work a dead worker or a lost message left behind."""
+    sweep = services.generations_sweep(broker_idle=_broker_backlog() == 0)
+    for generation_id in sweep.prepare:
+        generation_prepare.delay(generation_id)
+    for candidate_id in sweep.generate:
+        candidate_generate.delay(candidate_id)
+    if sweep.prepare or sweep.generate:
+        logger.warning(
+            "Generation sweep: %d generations and %d candidates enqueued again",
+            len(sweep.prepare),
+            len(sweep.generate),
+        )

@@ -10,6 +10,8 @@ class Series:
     name: str
     colour: str
     values: Sequence[float | None]
+    # Optional (low, high) per point, drawn as a whisker: a confidence interval, say.
+    intervals: Sequence[Sequence[float] | None] = ()
 
 
 def percent(value: float) -> str:
@@ -75,6 +77,14 @@ def line_chart(
                 f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{line.colour}"/>'
                 for px, py in points
             )
+        for index, interval in enumerate(line.intervals):
+            if interval:
+                low, high = interval
+                out.append(
+                    f'<line x1="{x(index):.1f}" x2="{x(index):.1f}" y1="{y(low):.1f}" '
+                    f'y2="{y(high):.1f}" stroke="{line.colour}" stroke-width="1.5" '
+                    'stroke-opacity="0.6"/>'
+                )
         legend_y = top + 10 + row * 20
         out.append(
             f'<line x1="{width - right + 15}" x2="{width - right + 35}" y1="{legend_y}" '

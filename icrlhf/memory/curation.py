@@ -40,7 +40,7 @@ def _record(actor: User | None, action: str, examples: Iterable[Example], **deta
 
 def _sync_payloads(ids: Sequence[UUID]) -> None:
     example_ids = [str(pk) for pk in ids]
-    transaction.on_commit(lambda: tasks.examples_payload_sync.delay(example_ids))
+    transaction.on_commit(lambda: tasks.examples_payload_sync.delay(example_ids), robust=True)
 
 
 @transaction.atomic
@@ -75,7 +75,7 @@ def example_output_edit(*, example_id: UUID, output_text: str, actor: User | Non
     example.save(update_fields=["output_text", "index_state"])
     _record(actor, "edit", [example], previous=previous[:2000])
     ids = [str(example.pk)]
-    transaction.on_commit(lambda: tasks.examples_index.delay(ids))
+    transaction.on_commit(lambda: tasks.examples_index.delay(ids), robust=True)
     return example
 
 
@@ -104,7 +104,9 @@ def examples_delete(*, ids: Sequence[UUID], actor: User | None) -> int:
 
 
 def _delete_points_on_commit(collection: str, point_ids: list[str]) -> None:
-    transaction.on_commit(lambda: tasks.examples_points_delete.delay(collection, point_ids))
+    transaction.on_commit(
+        lambda: tasks.examples_points_delete.delay(collection, point_ids), robust=True
+    )
 
 
 @transaction.atomic

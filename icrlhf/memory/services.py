@@ -64,7 +64,9 @@ def examples_record(*, decision: Decision) -> list[Example]:
     )
     Example.objects.bulk_create(examples)
     example_ids = [str(example.pk) for example in examples]
-    transaction.on_commit(lambda: tasks.examples_index.delay(example_ids))
+    # robust: with the broker down the decision still succeeds; the examples stay pending and
+    # the memory sweeper indexes them once the broker is back.
+    transaction.on_commit(lambda: tasks.examples_index.delay(example_ids), robust=True)
     return examples
 
 
@@ -72,7 +74,7 @@ def examples_withdraw(*, decision: Decision) -> None:
     """An undone decision's examples leave the memory: retired, and their points deleted."""
     example_ids = [str(pk) for pk in decision.examples.values_list("pk", flat=True)]
     decision.examples.update(status=Example.Status.RETIRED)
-    transaction.on_commit(lambda: tasks.examples_unindex.delay(example_ids))
+    transaction.on_commit(lambda: tasks.examples_unindex.delay(example_ids), robust=True)
 
 
 def examples_unindex(*, example_ids: Sequence[UUID | str]) -> None:

@@ -82,11 +82,14 @@ class FixedLatencyLLM:
                     request = {}
                 time.sleep(server.latency_s)
                 status, body = server.respond(request)
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client timed out and left, as clients do
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 pass

@@ -102,13 +102,18 @@ def significance(counts_by_size: dict[int, Counts]) -> dict[str, dict[str, float
     }
 
 
-def curve_svg(sizes: list[int], results: dict[str, dict[str, float | None]]) -> str:
+def curve_svg(sizes: list[int], results: dict[str, dict[str, Any]]) -> str:
     return line_chart(
-        title="Learning curve",
+        title="Learning curve (95% intervals)",
         x_labels=[str(size) for size in sizes],
         x_title="stored decisions",
         series=[
-            Series(name, colour, [results[str(size)].get(key) for size in sizes])
+            Series(
+                name,
+                colour,
+                [results[str(size)].get(key) for size in sizes],
+                [results[str(size)].get(f"{key}_ci") for size in sizes],
+            )
             for key, name, colour in SERIES
         ],
     )

@@ -34,6 +34,13 @@ def port_open(host: str, port: int) -> bool:
         return False
 
 
+def free_port() -> int:
+    """A loopback port nothing listens on (the OS picked it; it is free once the probe closes)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def wait_until(check: Callable[[], bool], *, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -104,7 +104,7 @@ def triage_apply(*, decision: Decision) -> None:
         triaged_at=timezone.now(),
     )
     if decision.item.queue.webhook_url:
-        transaction.on_commit(lambda: tasks.ticket_webhook.delay(decision.pk))
+        transaction.on_commit(lambda: tasks.ticket_webhook.delay(decision.pk), robust=True)
 
 
 def ticket_webhook_send(*, decision_id: int) -> None:

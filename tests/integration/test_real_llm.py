@@ -12,11 +12,11 @@ from django.conf import settings
 
 from icrlhf.generation.models import Candidate
 from icrlhf.memory.models import Example
-from icrlhf.ops.stack import http_ok
+from icrlhf.ops.stack import free_port, http_ok
 from icrlhf.queues.models import Item
 from icrlhf.queues.services import item_create
 from icrlhf.review.services import decision_record
-from tests.conftest import WorkerProcess, free_port, wait_for
+from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm, pytest.mark.django_db(transaction=True)]

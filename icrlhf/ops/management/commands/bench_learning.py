@@ -8,7 +8,6 @@ candidate, best-of-N acceptance, the label of the nearest stored example (kNN to
 LLM with random stored examples (control) and with no retrieval (baseline)."""
 
 import json
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,14 +19,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from icrlhf.ops.benchworld import ROOT, manage_run, world_env, world_migrate
 from icrlhf.ops.learning import SERIES, curve_svg
-from icrlhf.ops.stack import Stack, celery_worker_command
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
+from icrlhf.ops.stack import Stack, celery_worker_command, free_port
 
 # The options the outer command hands to the inner one, which runs in the throw-away world.
 _FORWARDED = ("sizes", "test", "control", "candidates", "memory_candidates", "temperature", "seed")
@@ -66,7 +58,7 @@ class Command(BaseCommand):
             try:
                 api_base = options["llm_api_base"]
                 if not api_base:
-                    api_base = f"http://127.0.0.1:{_free_port()}/v1"
+                    api_base = f"http://127.0.0.1:{free_port()}/v1"
                     stack.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
                 env = world_env(tmp, LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2")
                 world_migrate(env)

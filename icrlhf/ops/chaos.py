@@ -1,0 +1,382 @@
+"""The fault suite's scenarios: the product's real loop under injected faults.
+
+Runs inside the throw-away world of `manage.py chaos`, with Django set up. It owns a private
+broker (a real Valkey server it can kill), real Celery workers (which it can kill -9), a local
+OpenAI-compatible endpoint that misbehaves on demand, and the worker's Qdrant local store.
+Each scenario creates items through the services, injects one fault, waits for recovery,
+then decides what is reviewable like a reviewer would, and counts what was lost or stuck.
+"""
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db.models import Max
+
+from icrlhf.generation.models import Candidate
+from icrlhf.memory.management.commands._through_worker import run_in_worker
+from icrlhf.memory.models import Example
+from icrlhf.memory.tasks import memory_check
+from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
+from icrlhf.ops.stack import Child, Stack, celery_worker_command, free_port, wait_until
+from icrlhf.queues.models import Item, Queue
+from icrlhf.queues.services import item_create
+from icrlhf.review.models import Decision
+from icrlhf.review.services import DecisionConflict, decision_record
+
+RECOVERY_S = 150  # a scenario's items must settle within this, or they count as stuck
+UNSETTLED_ITEMS = (Item.Status.NEW, Item.Status.GENERATING)
+UNSETTLED_CANDIDATES = (Candidate.Status.PENDING, Candidate.Status.RUNNING)
+
+
+class FaultyLLM(FixedLatencyLLM):
+    """The fixed-latency endpoint, with one fault switched on at a time."""
+
+    fault = ""  # "", "rate_limit", "server_error", "garbage"
+    failures_left = -1  # with a fault: how many calls fail before it clears (-1: all)
+
+    def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        with self._lock:
+            failing = bool(self.fault) and self.failures_left != 0
+            if failing and self.failures_left > 0:
+                self.failures_left -= 1
+        if not failing:
+            return super().respond(request)
+        if self.fault == "rate_limit":
+            return 429, b'{"error": {"message": "Rate limit reached", "type": "rate_limit"}}'
+        if self.fault == "server_error":
+            return 500, b'{"error": {"message": "Internal error", "type": "server_error"}}'
+        return 200, b"<html>Bad gateway</html> this is not JSON"
+
+
+@dataclass
+class Outcome:
+    fault: str
+    runs: int = 0
+    decisions_made: int = 0
+    decisions_lost: int = 0
+    items_stuck: int = 0
+    candidates_stuck: int = 0
+    examples_unindexed: int = 0
+    max_attempts: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, other: "Outcome") -> None:
+        self.runs += other.runs
+        self.decisions_made += other.decisions_made
+        self.decisions_lost += other.decisions_lost
+        self.items_stuck += other.items_stuck
+        self.candidates_stuck += other.candidates_stuck
+        self.examples_unindexed += other.examples_unindexed
+        self.max_attempts = max(self.max_attempts, other.max_attempts)
+        self.notes += other.notes
+
+
+class World:
+    """The parts a scenario can break: broker, workers, LLM endpoint, vector store."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.stack = Stack(log_dir=folder / "logs")
+        self.llm = FaultyLLM(latency_s=0.2)
+        self.llm.start()
+        self.workers: list[Child] = []
+        self.reviewer = User.objects.create_user(f"chaos-{uuid.uuid4().hex[:6]}")
+        self.queue = Queue.objects.create(
+            slug=f"chaos-{uuid.uuid4().hex[:6]}",
+            name="Chaos",
+            n_candidates=3,
+            memory_candidates=0,
+            api_base=self.llm.api_base,
+        )
+
+    # --- broker ------------------------------------------------------------------------------
+    def broker_start(self) -> None:
+        self.stack.start_broker(settings.CELERY_BROKER_URL, self.folder / "broker")
+
+    def broker_restart(
+        self, *, down_s: float = 0.0, during: Callable[[], None] | None = None
+    ) -> None:
+        """kill -9 the broker (it keeps nothing on disk: every queued message is lost)."""
+        broker = next(c for c in self.stack.children if c.name == "broker")
+        broker.process.kill()
+        broker.process.wait()
+        self.stack.children.remove(broker)
+        if during:
+            during()
+        time.sleep(down_s)
+        self.broker_start()
+
+    # --- workers -----------------------------------------------------------------------------
+    def worker_start(self, **env: str) -> None:
+        name = f"chaos-{uuid.uuid4().hex[:6]}@localhost"
+        child = self.stack.spawn(
+            "worker",
+            celery_worker_command(
+                "--concurrency",
+                "6",
+                "--hostname",
+                name,
+                "--without-mingle",
+                "--without-gossip",
+                "--beat",
+                "--schedule",
+                str(self.folder / f"beat-{name}"),
+            ),
+            env=env,
+        )
+        self.workers.append(child)
+        from worker import app
+
+        def ready() -> bool:
+            if child.process.poll() is not None:
+                raise RuntimeError(f"The worker exited; see {child.log}")
+            return bool(app.control.ping(destination=[name], timeout=0.5))
+
+        wait_until(ready, timeout_s=90, what="The Celery worker")
+
+    def worker_kill(self) -> None:
+        """kill -9 the worker and its beat: no shutdown, no acknowledgement, no cleanup."""
+        for child in self.workers:
+            if child.process.poll() is None:
+                os.killpg(child.process.pid, signal.SIGKILL)
+                child.process.wait()
+        self.workers.clear()
+
+    def worker_stop(self) -> None:
+        for child in self.workers:
+            child.process.terminate()
+            try:
+                child.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.process.pid, signal.SIGKILL)
+        self.workers.clear()
+
+    def stop(self) -> None:
+        self.worker_kill()
+        self.stack.stop()
+        self.llm.stop()
+
+    # --- the product's loop ----------------------------------------------------------------
+    def items_create(self, count: int) -> list[int]:
+        return [
+            item_create(
+                queue=self.queue, input_text=f"Chaos request {uuid.uuid4().hex}", created_by=None
+            ).pk
+            for _ in range(count)
+        ]
+
+    def settle(self, item_ids: list[int], timeout_s: float = RECOVERY_S) -> None:
+        """Waits until no item is generating and no candidate pending or running."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (
+            self._items_stuck(item_ids) or self._candidates_stuck(item_ids)
+        ):
+            time.sleep(0.5)
+
+    @staticmethod
+    def _items_stuck(item_ids: list[int]) -> int:
+        return Item.objects.filter(pk__in=item_ids, status__in=UNSETTLED_ITEMS).count()
+
+    @staticmethod
+    def _candidates_stuck(item_ids: list[int]) -> int:
+        return Candidate.objects.filter(
+            generation__item_id__in=item_ids, status__in=UNSETTLED_CANDIDATES
+        ).count()
+
+    def decide(self, item_id: int) -> int | None:
+        """Decides like a reviewer: picks the first answer; None when it is not reviewable."""
+        candidate = (
+            Candidate.objects.filter(generation__item_id=item_id, status=Candidate.Status.DONE)
+            .order_by("-generation__created_at", "position")
+            .first()
+        )
+        if candidate is None:
+            return None
+        try:
+            decision = decision_record(
+                item_id=item_id, reviewer=self.reviewer, verdict="chosen", candidate_id=candidate.pk
+            )
+        except DecisionConflict:
+            return None
+        return decision.pk
+
+    def examples_settle(self, decision_ids: list[int], timeout_s: float = RECOVERY_S) -> int:
+        """Waits until the decisions' examples are indexed; returns how many are not."""
+        examples = Example.objects.filter(decision_id__in=decision_ids).exclude(
+            index_state=Example.IndexState.INDEXED
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and examples.exists():
+            time.sleep(0.5)
+        return examples.count()
+
+    def outcome(self, fault: str, item_ids: list[int], decision_ids: list[int]) -> Outcome:
+        """What became of a scenario's items and decisions, once their examples settled."""
+        saved = Decision.objects.filter(pk__in=decision_ids).count()
+        attempts = Candidate.objects.filter(generation__item_id__in=item_ids).aggregate(
+            most=Max("attempts")
+        )["most"]
+        return Outcome(
+            fault=fault,
+            runs=1,
+            decisions_made=len(decision_ids),
+            decisions_lost=len(decision_ids) - saved,
+            examples_unindexed=self.examples_settle(decision_ids),
+            items_stuck=self._items_stuck(item_ids),
+            candidates_stuck=self._candidates_stuck(item_ids),
+            max_attempts=attempts or 0,
+        )
+
+
+def _wait_running(item_ids: list[int], at_least: int) -> None:
+    wait_until(
+        lambda: (
+            Candidate.objects.filter(
+                generation__item_id__in=item_ids, status=Candidate.Status.RUNNING
+            ).count()
+            >= at_least
+        ),
+        timeout_s=60,
+        what="Running candidates",
+    )
+
+
+def _decide_all(world: World, item_ids: list[int]) -> list[int]:
+    return [pk for pk in (world.decide(item_id) for item_id in item_ids) if pk is not None]
+
+
+def worker_killed(world: World) -> Outcome:
+    """kill -9 the worker while candidates generate; a new worker and the sweeper finish them."""
+    world.llm.latency_s = 1.0
+    items = world.items_create(8)
+    _wait_running(items, at_least=3)
+    world.worker_kill()
+    world.worker_start()
+    world.settle(items)
+    world.llm.latency_s = 0.2
+    return world.outcome("worker killed (kill -9) mid-generation", items, _decide_all(world, items))
+
+
+def broker_restart_generating(world: World) -> Outcome:
+    """The broker dies while candidates generate, losing every queued message."""
+    world.llm.latency_s = 0.5
+    items = world.items_create(10)
+    _wait_running(items, at_least=2)
+    world.broker_restart(down_s=1.0)
+    world.settle(items)
+    world.llm.latency_s = 0.2
+    return world.outcome("broker restarted mid-generation", items, _decide_all(world, items))
+
+
+def broker_restart_deciding(world: World) -> Outcome:
+    """The broker dies during a burst of decisions: they are saved, their examples indexed."""
+    items = world.items_create(24)
+    world.settle(items)
+    decisions = _decide_all(world, items[:8])
+    world.broker_restart(
+        down_s=0.5, during=lambda: decisions.extend(_decide_all(world, items[8:16]))
+    )
+    decisions += _decide_all(world, items[16:])
+    return world.outcome("broker restarted mid-decision burst", items, decisions)
+
+
+def vector_store_down(world: World) -> Outcome:
+    """The vector store is unreachable while items generate and are decided; once it is back,
+    the examples are indexed and the store matches the database."""
+    world.worker_stop()
+    unreachable = f"http://127.0.0.1:{free_port()}"
+    world.worker_start(QDRANT_URL=unreachable)
+    items = world.items_create(6)
+    world.settle(items)
+    decisions = _decide_all(world, items)
+    world.worker_stop()
+    world.worker_start()
+    outcome = world.outcome("vector store unavailable", items, decisions)
+    report = run_in_worker(memory_check, timeout_s=60, queue_slug=world.queue.slug)
+    if report["drift"]:
+        outcome.notes.append(f"memory_check found drift: {report['queues']}")
+        outcome.examples_unindexed = max(outcome.examples_unindexed, 1)
+    return outcome
+
+
+def _llm_fault(world: World, fault: str, label: str, *, failures: int = -1) -> Outcome:
+    world.llm.fault, world.llm.failures_left = fault, failures
+    try:
+        items = world.items_create(4)
+        world.settle(items)
+    finally:
+        world.llm.fault, world.llm.failures_left = "", -1
+    outcome = world.outcome(label, items, _decide_all(world, items))
+    unexplained = Candidate.objects.filter(
+        generation__item_id__in=items, status=Candidate.Status.FAILED, error=""
+    ).count()
+    if unexplained:
+        outcome.notes.append(f"{unexplained} failed candidates without a message")
+        outcome.candidates_stuck += unexplained
+    return outcome
+
+
+def llm_slow(world: World) -> Outcome:
+    world.llm.latency_s = settings.LLM_TIMEOUT_S + 1
+    try:
+        items = world.items_create(3)
+        world.settle(items)
+    finally:
+        world.llm.latency_s = 0.2
+    return world.outcome("LLM slower than its timeout", items, _decide_all(world, items))
+
+
+def llm_rate_limited(world: World) -> Outcome:
+    return _llm_fault(world, "rate_limit", "LLM answers 429 (always)")
+
+
+def llm_server_errors(world: World) -> Outcome:
+    return _llm_fault(world, "server_error", "LLM answers 500 (always)")
+
+
+def llm_garbage(world: World) -> Outcome:
+    return _llm_fault(world, "garbage", "LLM answers garbage")
+
+
+def llm_flaky(world: World) -> Outcome:
+    return _llm_fault(world, "rate_limit", "LLM answers 429, then recovers", failures=6)
+
+
+SCENARIOS: dict[str, Callable[[World], Outcome]] = {
+    "worker_killed": worker_killed,
+    "broker_restart_generating": broker_restart_generating,
+    "broker_restart_deciding": broker_restart_deciding,
+    "vector_store_down": vector_store_down,
+    "llm_slow": llm_slow,
+    "llm_rate_limited": llm_rate_limited,
+    "llm_server_errors": llm_server_errors,
+    "llm_garbage": llm_garbage,
+    "llm_flaky": llm_flaky,
+}
+
+
+def run(folder: Path, names: list[str], runs: int) -> list[Outcome]:
+    world = World(folder)
+    try:
+        world.broker_start()
+        world.worker_start()
+        outcomes = []
+        for name in names:
+            total = Outcome(fault="")
+            for _ in range(runs):
+                result = SCENARIOS[name](world)
+                total.fault = result.fault
+                total.add(result)
+            outcomes.append(total)
+        return outcomes
+    finally:
+        world.stop()

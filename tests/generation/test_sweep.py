@@ -1,0 +1,95 @@
+"""The generation sweeper: finds work a dead worker or a lost broker message left behind."""
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from icrlhf.generation import services
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.queues.models import Item
+from icrlhf.queues.services import item_create
+
+pytestmark = pytest.mark.django_db
+
+LONG_AGO = timedelta(minutes=10)
+
+
+@pytest.fixture
+def running(queue: Any, user: Any, vector_store: Path) -> Generation:
+    """A prepared generation whose candidates are all pending (their tasks not yet run)."""
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
+    services.generation_prepare(generation_id=item.generations.get().pk)
+    return Generation.objects.get(item=item)
+
+
+def test_a_running_candidate_whose_lease_expired_is_generated_again(running: Generation) -> None:
+    dead, alive, *_ = running.candidates.order_by("pk")
+    now = timezone.now()
+    Candidate.objects.filter(pk=dead.pk).update(
+        status="running", attempts=1, lease_expires_at=now - timedelta(seconds=1)
+    )
+    Candidate.objects.filter(pk=alive.pk).update(
+        status="running", attempts=1, lease_expires_at=now + timedelta(minutes=1)
+    )
+    sweep = services.generations_sweep(broker_idle=False)
+    assert sweep.generate == [dead.pk] and sweep.prepare == []
+    services.candidate_generate(candidate_id=dead.pk, mock_response="Recovered.")
+    dead.refresh_from_db()
+    assert (dead.status, dead.text, dead.attempts) == ("done", "Recovered.", 2)
+
+
+def test_a_candidate_that_kept_killing_its_worker_fails_and_the_item_settles(
+    running: Generation, settings: Any
+) -> None:
+    Candidate.objects.filter(generation=running).update(
+        status="running",
+        attempts=settings.LLM_MAX_RETRIES + 1,
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
+    sweep = services.generations_sweep(broker_idle=True)
+    assert len(sweep.generate) == running.n_candidates
+    for candidate_id in sweep.generate:
+        services.candidate_generate(candidate_id=candidate_id, mock_response="never called")
+    failed = list(running.candidates.all())
+    assert {c.status for c in failed} == {"failed"}
+    assert {c.attempts for c in failed} == {settings.LLM_MAX_RETRIES + 1}  # no extra call
+    assert failed[0].error == (
+        f"Gave up after {settings.LLM_MAX_RETRIES + 1} attempts. "
+        "Its worker stopped while generating."
+    )
+    assert Item.objects.get(pk=running.item_id).status == Item.Status.FAILED
+
+
+def test_a_candidate_enqueued_again_after_its_retries_never_calls_the_model_again(
+    running: Generation, settings: Any
+) -> None:
+    candidate = running.candidates.first()
+    assert candidate is not None
+    Candidate.objects.filter(pk=candidate.pk).update(
+        attempts=settings.LLM_MAX_RETRIES + 1, error="Retrying: The model is rate-limited."
+    )
+    services.candidate_generate(candidate_id=candidate.pk, mock_response="never called")
+    candidate.refresh_from_db()
+    assert (candidate.status, candidate.text) == ("failed", "")
+    assert candidate.error.endswith("attempts. The model is rate-limited.")
+
+
+def test_pending_work_is_sent_again_only_when_the_broker_has_nothing_queued(
+    running: Generation, queue: Any, user: Any
+) -> None:
+    lost = item_create(queue=queue, input_text="Lost prepare", created_by=user).generations.get()
+    Generation.objects.filter(pk=lost.pk).update(created_at=timezone.now() - LONG_AGO)
+    Generation.objects.filter(pk=running.pk).update(prepared_at=timezone.now() - LONG_AGO)
+    busy = services.generations_sweep(broker_idle=False)
+    assert busy.prepare == [] and busy.generate == []  # their messages may still be queued
+    idle = services.generations_sweep(broker_idle=True)
+    assert idle.prepare == [lost.pk]
+    assert idle.generate == sorted(running.candidates.values_list("pk", flat=True))
+
+
+def test_recent_pending_work_is_left_to_its_tasks(running: Generation, queue: Any) -> None:
+    sweep = services.generations_sweep(broker_idle=True)
+    assert sweep == services.Sweep(prepare=[], generate=[])
