@@ -5,6 +5,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("ICRLHF_VAR_DIR", BASE_DIR / "var"))
@@ -75,6 +76,18 @@ if env_bool("BEHIND_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
+# Scripts only from our own static files: no inline script, no eval, no CDN. Inline styles
+# stay allowed (htmx's indicator styles, the API docs' widgets); images only ours or data:.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF, CSP.UNSAFE_INLINE],
+    "img-src": [CSP.SELF, "data:"],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 
@@ -95,11 +108,13 @@ INSTALLED_APPS = [
     "icrlhf.ingest",
     "icrlhf.export",
     "icrlhf.insights",
+    "icrlhf.accounts",
     "icrlhf.ops",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -153,6 +168,10 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "queues:list"
+# Login attempts per minute, counted per client address and per user name.
+LOGIN_ATTEMPTS_PER_MINUTE = env_int("LOGIN_ATTEMPTS_PER_MINUTE", 10)
+# API calls per minute per token (and failed authentications per client address).
+API_REQUESTS_PER_MINUTE = env_int("API_REQUESTS_PER_MINUTE", 600)
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
@@ -185,6 +204,16 @@ LOGGING = {
 
 # --- Celery (the worker/ package reads every CELERY_* setting) ---------------------------
 CELERY_BROKER_URL = env_str("BROKER_URL", "redis://127.0.0.1:6379/0")
+# Django's cache holds the rate-limit counters: Redis (the broker's, by default), so that every
+# web process counts the same attempts.
+CACHE_URL = env_str("CACHE_URL", CELERY_BROKER_URL)
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+        if CACHE_URL.startswith(("redis://", "rediss://"))
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
 CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "icrlhf")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -1,6 +1,10 @@
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
 from django.urls import include, path
+from django.views.generic import RedirectView
 
+from icrlhf.accounts.views import RateLimitedLoginView
 from icrlhf.ingest.api import api_urls
 
 urlpatterns = [
@@ -11,6 +15,24 @@ urlpatterns = [
     path("", include("icrlhf.queues.urls")),
     path("", include("icrlhf.generation.urls")),
     path("", include("icrlhf.review.urls")),
-    path("accounts/", include("django.contrib.auth.urls")),
+    # Login, logout and password change only: no self-service reset by e-mail (an admin
+    # resets passwords; a self-hosted install may have no mail server).
+    path("accounts/login/", RateLimitedLoginView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "accounts/password_change/",
+        auth_views.PasswordChangeView.as_view(),
+        name="password_change",
+    ),
+    path(
+        "accounts/password_change/done/",
+        auth_views.PasswordChangeDoneView.as_view(),
+        name="password_change_done",
+    ),
+    # The admin logs in through the rate-limited login page too.
+    path(
+        "admin/login/",
+        login_not_required(RedirectView.as_view(pattern_name="login", query_string=True)),
+    ),
     path("admin/", admin.site.urls),
 ]

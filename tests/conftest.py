@@ -29,6 +29,14 @@ def wait_for(check: Callable[[], Any], *, timeout_s: float = 30, what: str = "co
     raise AssertionError(f"Timed out after {timeout_s} s waiting for {what}")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> None:
+    """Each test starts with no login or API attempts counted (the cache is per process)."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def user(db: None) -> Any:
     return UserFactory()

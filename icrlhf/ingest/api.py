@@ -3,14 +3,18 @@
 from datetime import datetime
 from typing import Any, Literal
 
+from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from ninja import NinjaAPI, Status
+from ninja.errors import Throttled
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer
+from ninja.throttling import AuthRateThrottle
 
+from icrlhf.accounts.ratelimit import attempt_allowed, client_ip
 from icrlhf.export.services import ExportFilters, export_lines
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.ingest.schemas import BatchIn, ErrorOut, TicketIn, TicketOut
@@ -21,7 +25,20 @@ from icrlhf.triage.services import ticket_create
 
 class TokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> IntegrationToken | None:
-        return token_authenticate(token=token)
+        record = token_authenticate(token=token)
+        if record is None and not attempt_allowed(
+            "api-auth-failure", client_ip(request), per_minute=settings.API_REQUESTS_PER_MINUTE
+        ):
+            raise Throttled(wait=60)  # someone is guessing tokens
+        return record
+
+
+class TokenRateThrottle(AuthRateThrottle):
+    """Calls per minute per token, read from the settings at each call."""
+
+    def allow_request(self, request: HttpRequest) -> bool:
+        self.num_requests, self.duration = self.parse_rate(f"{settings.API_REQUESTS_PER_MINUTE}/m")
+        return bool(super().allow_request(request))
 
 
 api = NinjaAPI(
@@ -30,6 +47,7 @@ api = NinjaAPI(
     description="Send tickets in; read their triage. Authenticate with `Authorization: "
     "Bearer <token>` (a token belongs to one queue; staff create them in the admin).",
     auth=TokenAuth(),
+    throttle=[TokenRateThrottle("600/m")],
     urls_namespace="api",
 )
 

@@ -9,6 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
@@ -189,7 +190,10 @@ def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
         decision = services.decision_undo(decision_id=decision_id, reviewer=request.user)
     except services.DecisionConflict as error:
         messages.warning(request, str(error))
-        return redirect(request.POST.get("back") or reverse("queues:list"))
+        back = request.POST.get("back", "")
+        if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+            back = reverse("queues:list")  # never send people to another site
+        return redirect(back)
     request.session.pop(_UNDO_SESSION_KEY, None)
     messages.success(request, f"Undone: item {decision.item_id} is yours to decide again.")
     return redirect("review:item", item_id=decision.item_id)

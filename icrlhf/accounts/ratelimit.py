@@ -1,0 +1,32 @@
+"""Fixed-window attempt counters in Django's cache (Redis when CACHE_URL names it, so every
+web process shares them): against password guessing and token guessing."""
+
+import logging
+import time
+
+from django.core.cache import cache
+from django.http import HttpRequest
+
+WINDOW_S = 60
+logger = logging.getLogger(__name__)
+
+
+def client_ip(request: HttpRequest) -> str:
+    """REMOTE_ADDR: behind a proxy, configure it to set that (X-Forwarded-For is forgeable)."""
+    return str(request.META.get("REMOTE_ADDR") or "unknown")
+
+
+def attempt_allowed(scope: str, ident: str, *, per_minute: int) -> bool:
+    """Counts one attempt for (scope, ident); False once `per_minute` were made this minute."""
+    key = f"ratelimit:{scope}:{ident}:{int(time.time() // WINDOW_S)}"
+    try:
+        cache.add(key, 0, timeout=WINDOW_S + 1)
+        try:
+            count = cache.incr(key)
+        except ValueError:  # evicted between add and incr
+            cache.set(key, 1, timeout=WINDOW_S + 1)
+            count = 1
+    except Exception:  # the cache's server is down: let people in rather than lock all out
+        logger.warning("Rate limiting skipped: the cache is unavailable", exc_info=True)
+        return True
+    return count <= per_minute

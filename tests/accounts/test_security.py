@@ -1,0 +1,204 @@
+"""Security across the whole URL map: every route needs a login (or an API token) and the
+right role; every form carries a CSRF token; no inline script; login and API rate limits."""
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import URLPattern, URLResolver, get_resolver
+
+from icrlhf.review.models import Decision
+from icrlhf.review.services import decision_record
+from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
+# Routes anyone may open: the login page, and the admin's login, which redirects to it.
+PUBLIC = {"accounts/login/", "admin/login/"}
+LOGIN_PAGES = ("/accounts/login/", "/admin/login/")
+
+
+def routes(patterns: list[Any] | None = None, prefix: str = "") -> Iterator[str]:
+    """Every route of the URL map, as written (`q/<slug:slug>/`), regex routes included."""
+    for pattern in patterns if patterns is not None else get_resolver().url_patterns:
+        if isinstance(pattern, URLResolver):
+            yield from routes(pattern.url_patterns, prefix + str(pattern.pattern))
+        else:
+            assert isinstance(pattern, URLPattern)
+            yield prefix + str(pattern.pattern)
+
+
+@pytest.fixture
+def world(user: Any) -> dict[str, str]:
+    """One of everything a route can name, in a queue `user` is NOT a member of."""
+    queue = QueueFactory(slug="private-queue")
+    item = ItemFactory(queue=queue)
+    generation = ready_generation(item, ["first", "second"])
+    candidate = generation.candidates.order_by("pk").first()
+    assert candidate is not None
+    member = UserFactory()
+    queue.members.add(member)
+    decision = decision_record(
+        item_id=item.pk, reviewer=member, verdict="chosen", candidate_id=candidate.pk
+    )
+    return {
+        "slug": queue.slug,
+        "item_id": str(item.pk),
+        "candidate_id": str(candidate.pk),
+        "decision_id": str(decision.pk),
+        "ticket_id": str(item.pk),
+        "object_id": str(item.pk),
+        "content_type_id": "1",
+        "id": str(user.pk),
+    }
+
+
+def concrete(route: str, values: dict[str, str]) -> str:
+    # The admin's two regex routes first: an app's index, and its catch-all.
+    url = re.sub(r"\^\(\?P<app_label>[^)]*\)/\$", "auth/", route)
+    url = url.replace("(?P<url>.*)$", "anything/")
+    return "/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: values[m.group(1)], url)
+
+
+def test_the_route_list_is_complete() -> None:
+    found = set(routes())
+    assert {"q/<slug:slug>/dashboard/", "items/<int:item_id>/decide/", "api/v1/tickets"} <= found
+    assert len(found) > 80  # the admin's routes included
+
+
+def test_every_route_needs_a_login_or_a_token(world: dict[str, str]) -> None:
+    anonymous = Client()
+    for route in sorted(set(routes())):
+        url = concrete(route, world)
+        for method in ("get", "post"):
+            response = getattr(anonymous, method)(url)
+            where = f"{method.upper()} {url}"
+            if route in PUBLIC:
+                assert response.status_code in {200, 302}, where
+                if response.status_code == 302:
+                    assert response["Location"].startswith("/accounts/login/"), where
+            elif route.startswith("api/v1/") and route not in {
+                "api/v1/openapi.json",
+                "api/v1/docs",
+            }:
+                assert response.status_code in {401, 404, 405}, where  # a token, not a login
+            else:
+                assert response.status_code == 302, where
+                # The admin's own redirect lands on admin/login/, which sends to ours.
+                assert response["Location"].startswith(LOGIN_PAGES), where
+
+
+def test_a_user_outside_the_queue_reaches_none_of_its_objects(
+    world: dict[str, str], logged_in: Client
+) -> None:
+    """`logged_in` is a reviewer who is not a member of the queue: every route that names the
+    queue or one of its objects refuses, reading or writing, and the admin stays closed."""
+    for route in sorted(set(routes())):
+        named = re.findall(r"<(?:\w+:)?(\w+)>", route)
+        if not (set(named) & {"slug", "item_id", "candidate_id", "decision_id"}) and not (
+            route.startswith("admin/") and route != "admin/login/"
+        ):
+            continue
+        url = concrete(route, world)
+        for method in ("get", "post"):
+            response = getattr(logged_in, method)(url)
+            where = f"{method.upper()} {url}"
+            if route.startswith("admin/"):
+                assert response.status_code == 302, where  # not staff: sent away, no page
+                assert response["Location"].startswith(("/admin/", *LOGIN_PAGES)), where
+            elif route == "decisions/<int:decision_id>/undo/" and method == "post":
+                # Refused with a message ("not yours") and a redirect: nothing undone.
+                assert response.status_code == 302, where
+                assert Decision.objects.get(pk=world["decision_id"]).superseded_at is None
+            else:
+                assert response.status_code in {403, 404, 405}, where
+
+
+def test_curator_pages_refuse_a_plain_reviewer(logged_in: Client) -> None:
+    assert logged_in.get("/export/").status_code == 403
+
+
+def test_every_form_that_posts_carries_a_csrf_token() -> None:
+    for template in sorted((ROOT / "templates").rglob("*.html")):
+        text = template.read_text()
+        for form in re.findall(r"<form\b[^>]*>.*?</form>", text, flags=re.S | re.I):
+            if re.search(r'method="post"', form, flags=re.I):
+                assert "{% csrf_token %}" in form, f"{template}: {form[:120]}"
+
+
+def test_a_post_without_the_csrf_token_is_refused(
+    world: dict[str, str], queue: Any, user: Any
+) -> None:
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    response = client.post(f"/q/{queue.slug}/review/next/")
+    assert response.status_code == 403
+
+
+def test_no_template_has_an_inline_script() -> None:
+    for template in (ROOT / "templates").rglob("*.html"):
+        for tag in re.findall(r"<script\b[^>]*>", template.read_text(), flags=re.I):
+            assert "src=" in tag, f"{template}: {tag}"
+        assert not re.search(r"\son[a-z]+=", template.read_text()), template  # no onclick=…
+
+
+def test_pages_send_a_content_security_policy_without_inline_scripts(
+    logged_in: Client,
+) -> None:
+    policy = logged_in.get("/")["Content-Security-Policy"]
+    directives = dict(part.strip().split(" ", 1) for part in policy.split(";") if part.strip())
+    assert directives["script-src"] == "'self'"
+    assert "unsafe-inline" not in directives["script-src"] and "unsafe-eval" not in policy
+    assert directives["frame-ancestors"] == "'none'" and directives["object-src"] == "'none'"
+
+
+def test_login_attempts_are_limited_per_user_name(settings: Any) -> None:
+    settings.LOGIN_ATTEMPTS_PER_MINUTE = 3
+    target = UserFactory(username="target")
+    client = Client()
+    for _ in range(3):
+        wrong = client.post("/accounts/login/", {"username": "target", "password": "guess"})
+        assert wrong.status_code == 200  # the form again, with its error
+    right = client.post("/accounts/login/", {"username": "target", "password": "pass-for-tests"})
+    assert right.status_code == 429 and right["Retry-After"] == "60"
+    assert "Too many login attempts" in right.content.decode()
+    assert "_auth_user_id" not in client.session
+    other = UserFactory()
+    elsewhere = Client(REMOTE_ADDR="10.0.0.2")
+    ok = elsewhere.post(
+        "/accounts/login/", {"username": other.username, "password": "pass-for-tests"}
+    )
+    assert ok.status_code == 302  # another person, another address: unaffected
+    assert target.pk != other.pk
+
+
+def test_api_calls_are_limited_per_token(settings: Any, api_token: str) -> None:
+    settings.API_REQUESTS_PER_MINUTE = 3
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
+    statuses = [client.get("/api/v1/tickets/999999").status_code for _ in range(4)]
+    assert statuses == [404, 404, 404, 429]
+
+
+def test_guessing_api_tokens_is_limited(settings: Any, db: None) -> None:
+    settings.API_REQUESTS_PER_MINUTE = 3
+    statuses = [
+        Client(HTTP_AUTHORIZATION=f"Bearer icrlhf_{uuid.uuid4().hex}")
+        .get("/api/v1/tickets/1")
+        .status_code
+        for _ in range(4)
+    ]
+    assert statuses == [401, 401, 401, 429]
+
+
+def test_a_refused_undo_never_redirects_to_another_site(
+    world: dict[str, str], logged_in: Client
+) -> None:
+    response = logged_in.post(
+        f"/decisions/{world['decision_id']}/undo/", {"back": "https://evil.example/"}
+    )
+    assert response.status_code == 302 and response["Location"] == "/"
