@@ -204,17 +204,21 @@ LOGGING = {
 
 # --- Celery (the worker/ package reads every CELERY_* setting) ---------------------------
 CELERY_BROKER_URL = env_str("BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "icrlhf")
 # Django's cache holds the rate-limit counters: Redis (the broker's, by default), so that every
 # web process counts the same attempts.
 CACHE_URL = env_str("CACHE_URL", CELERY_BROKER_URL)
 CACHES = {
     "default": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": CELERY_TASK_DEFAULT_QUEUE,  # installs sharing one Redis stay apart
+        }
         if CACHE_URL.startswith(("redis://", "rediss://"))
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
-CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "icrlhf")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

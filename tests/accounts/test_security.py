@@ -202,3 +202,20 @@ def test_a_refused_undo_never_redirects_to_another_site(
         f"/decisions/{world['decision_id']}/undo/", {"back": "https://evil.example/"}
     )
     assert response.status_code == 302 and response["Location"] == "/"
+
+
+def test_with_the_cache_down_logins_and_api_calls_still_work(
+    settings: Any, user: Any, api_token: str
+) -> None:
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:9/0",  # nothing listens there
+        }
+    }
+    login = Client().post(
+        "/accounts/login/", {"username": user.username, "password": "pass-for-tests"}
+    )
+    assert login.status_code == 302
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}").get("/api/v1/tickets/999999")
+    assert api.status_code == 404

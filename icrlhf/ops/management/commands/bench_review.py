@@ -44,15 +44,23 @@ class Command(BaseCommand):
             default=1.0,
             help="Mean seconds between a reviewer's page loads (a person takes far longer).",
         )
+        parser.add_argument(
+            "--duration", type=float, default=0, help="Seconds to run instead of --loads."
+        )
         parser.add_argument("--port", type=int, default=8765)
         parser.add_argument("--seed-only", action="store_true", help="(internal)")
+        parser.add_argument("--verify", default="", help="(internal) acknowledged decisions")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["seed_only"]:
-            seed(reviewers=options["reviewers"], items=options["reviewers"] * 12)
+            seed(reviewers=options["reviewers"], items=options["reviewers"] * 40)
+            return
+        if options["verify"]:
+            verify(Path(options["verify"]))
             return
         with tempfile.TemporaryDirectory(prefix="icrlhf-bench-review-") as folder:
-            env = world_env(Path(folder))
+            # Every simulated reviewer logs in from 127.0.0.1: lift the per-address limit.
+            env = world_env(Path(folder), LOGIN_ATTEMPTS_PER_MINUTE="100000")
             world_migrate(env)
             manage_run(env, "bench_review", "--seed-only", "--reviewers", str(options["reviewers"]))
             manage_run(env, "collectstatic", "--noinput", "-v", "0")
@@ -83,11 +91,21 @@ class Command(BaseCommand):
             finally:
                 server.terminate()
                 server.wait(timeout=15)
+            acknowledged = Path(folder) / "acknowledged.json"
+            acknowledged.write_text(json.dumps(result.pop("acknowledged")))
+            manage_run(env, "bench_review", "--verify", str(acknowledged))
+            result.update(json.loads(acknowledged.with_suffix(".verified.json").read_text()))
         self.stdout.write(
             f"Review page with {result['reviewers']} concurrent reviewers (gunicorn, 3 workers × "
             f"4 threads, {options['think']} s think time): p50 {result['review_page_p50_ms']:.1f} "
             f"ms, p95 {result['review_page_p95_ms']:.1f} ms over {result['loads']} loads, "
             f"{result['errors']} errors, {result['decisions']} decisions (target p95 ≤ 150 ms)"
+        )
+        self.stdout.write(
+            f"Integrity: {result['decisions_acknowledged']} decisions acknowledged, "
+            f"{result['decisions_lost']} lost, {result['acknowledged_twice']} double submits "
+            f"saved twice, {result['items_decided_twice']} items decided more often than their "
+            f"reviewers per item, {result['server_errors']} server errors"
         )
         for sample in result["error_samples"]:
             self.stdout.write(f"  error: {sample}")
@@ -141,7 +159,10 @@ def seed(*, reviewers: int, items: int) -> None:
 def load(base: str, options: dict[str, Any]) -> dict[str, Any]:
     timings: list[float] = []
     errors: list[str] = []
+    server_errors = [0]
     decisions = [0]
+    acknowledged: list[tuple[str, int]] = []
+    deadline = time.monotonic() + options["duration"]
     lock = threading.Lock()
     barrier = threading.Barrier(options["reviewers"])
 
@@ -170,7 +191,13 @@ def load(base: str, options: dict[str, Any]) -> dict[str, Any]:
             barrier.abort()
             return
         barrier.wait()
-        for load_number in range(options["loads"]):
+        load_number = -1
+        while True:
+            load_number += 1
+            if options["duration"] and time.monotonic() > deadline:
+                break
+            if not options["duration"] and load_number >= options["loads"]:
+                break
             started = time.perf_counter()
             try:
                 response = session.get(item_url)
@@ -185,16 +212,23 @@ def load(base: str, options: dict[str, Any]) -> dict[str, Any]:
                 timings.append(elapsed)
                 if not ok and response is not None:
                     errors.append(f"{response.status_code} on {item_url}")
+                    server_errors[0] += response.status_code >= 500
             if response is not None and ok and load_number % 5 == 4:
                 candidate = response.text.split('name="choice" value="c', 1)[1].split('"', 1)[0]
-                decided = session.post(
-                    item_url.replace("/items/", "/items/", 1) + "decide/",
-                    data={"choice": f"c{candidate}", "csrfmiddlewaretoken": token},
-                    headers={"Referer": item_url},
-                )
-                if decided.status_code >= 500:
+                item_id = int(item_url.rstrip("/").rsplit("/", 1)[1])
+                # Submitted twice, as a double click does: the second must be refused.
+                for _ in range(2):
+                    decided = session.post(
+                        f"{item_url}decide/",
+                        data={"choice": f"c{candidate}", "csrfmiddlewaretoken": token},
+                        headers={"Referer": item_url},
+                    )
                     with lock:
-                        errors.append(f"{decided.status_code} on decide")
+                        if decided.status_code >= 500:
+                            errors.append(f"{decided.status_code} on decide")
+                            server_errors[0] += 1
+                        if f"Saved item {item_id}:" in decided.text:
+                            acknowledged.append((f"reviewer{number}", item_id))
                 with lock:
                     decisions[0] += 1
                 item_url = decided.url
@@ -211,6 +245,36 @@ def load(base: str, options: dict[str, Any]) -> dict[str, Any]:
         "errors": len(errors),
         "error_samples": errors[:5],
         "decisions": decisions[0],
+        "server_errors": server_errors[0],
+        "acknowledged": acknowledged,
         "review_page_p50_ms": statistics.median(timings) if timings else float("nan"),
         "review_page_p95_ms": percentile(timings, 95) if timings else float("nan"),
     }
+
+
+def verify(acknowledged_file: Path) -> None:
+    """Checks the world's database against what the reviewers were told was saved."""
+    from django.db import models
+    from django.db.models import Count
+
+    from icrlhf.review.models import Decision
+
+    acknowledged = [tuple(pair) for pair in json.loads(acknowledged_file.read_text())]
+    standing = Decision.objects.filter(superseded_at__isnull=True)
+    saved = set(standing.values_list("reviewer__username", "item_id"))
+    twice = (
+        standing.values("item_id", "item__queue__reviewers_per_item")
+        .annotate(count=Count("pk"))
+        .filter(count__gt=models.F("item__queue__reviewers_per_item"))
+        .count()
+    )
+    acknowledged_file.with_suffix(".verified.json").write_text(
+        json.dumps(
+            {
+                "decisions_acknowledged": len(acknowledged),
+                "decisions_lost": sum(1 for pair in acknowledged if pair not in saved),
+                "acknowledged_twice": len(acknowledged) - len(set(acknowledged)),
+                "items_decided_twice": twice,
+            }
+        )
+    )
