@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from icrlhf.generation.models import Candidate, Generation
@@ -81,10 +81,23 @@ def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
     )
     if held is not None:
         return held
+    # Items whose every slot is held by other reviewers' live claims are left out here, not
+    # tried one by one: with many reviewers on one queue, the oldest items are all taken.
     candidates = (
         Item.objects.filter(queue=queue, status=Item.Status.READY)
         .exclude(claims__reviewer=reviewer, claims__skipped=True)
         .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
+        .annotate(
+            held=Count(
+                "claims",
+                filter=Q(claims__expires_at__gt=now) & ~Q(claims__reviewer=reviewer),
+                distinct=True,
+            ),
+            decided=Count(
+                "decisions", filter=Q(decisions__superseded_at__isnull=True), distinct=True
+            ),
+        )
+        .filter(held__lt=F("queue__reviewers_per_item") - F("decided"))
     )
     # Triage works the most urgent ticket first; other queues, the oldest item.
     ordered = (

@@ -42,6 +42,17 @@ def test_two_reviewers_never_hold_the_same_item(queue: Any, user: Any) -> None:
     assert services.claim_next(queue=queue, reviewer=user) == first  # its own claim back
 
 
+def test_more_reviewers_than_the_next_item_window_all_get_an_item(
+    queue: Any, user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(services, "_NEXT_ITEM_WINDOW", 2)
+    items = [ready_item(queue) for _ in range(4)]
+    others = [UserFactory(), UserFactory()]
+    held = [services.claim_next(queue=queue, reviewer=other) for other in others]
+    assert held == items[:2]  # the whole window is taken by others' claims
+    assert services.claim_next(queue=queue, reviewer=user) == items[2]
+
+
 def test_an_expired_claim_frees_the_item(queue: Any, user: Any) -> None:
     item = ready_item(queue)
     services.claim_next(queue=queue, reviewer=user)

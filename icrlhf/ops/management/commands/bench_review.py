@@ -21,7 +21,7 @@ import requests
 from django.core.management.base import BaseCommand, CommandParser
 
 from icrlhf.ops.benchworld import ROOT, manage_run, world_env, world_migrate
-from icrlhf.ops.stack import http_ok, wait_until
+from icrlhf.ops.stack import free_port, http_ok, wait_until
 
 PASSWORD = "bench-reviewer-password"  # noqa: S105 (a throw-away world's users)
 
@@ -47,7 +47,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--duration", type=float, default=0, help="Seconds to run instead of --loads."
         )
-        parser.add_argument("--port", type=int, default=8765)
+        parser.add_argument("--port", type=int, default=0, help="Default: a free port.")
         parser.add_argument("--seed-only", action="store_true", help="(internal)")
         parser.add_argument("--verify", default="", help="(internal) acknowledged decisions")
 
@@ -58,6 +58,7 @@ class Command(BaseCommand):
         if options["verify"]:
             verify(Path(options["verify"]))
             return
+        port = options["port"] or free_port()
         with tempfile.TemporaryDirectory(prefix="icrlhf-bench-review-") as folder:
             # Every simulated reviewer logs in from 127.0.0.1: lift the per-address limit.
             env = world_env(Path(folder), LOGIN_ATTEMPTS_PER_MINUTE="100000")
@@ -71,7 +72,7 @@ class Command(BaseCommand):
                     "gunicorn",
                     "icrlhf.wsgi",
                     "--bind",
-                    f"127.0.0.1:{options['port']}",
+                    f"127.0.0.1:{port}",
                     "--workers",
                     "3",
                     "--threads",
@@ -82,7 +83,7 @@ class Command(BaseCommand):
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-            base = f"http://127.0.0.1:{options['port']}"
+            base = f"http://127.0.0.1:{port}"
             try:
                 wait_until(
                     lambda: http_ok(f"{base}/accounts/login/"), timeout_s=30, what="gunicorn"
@@ -217,6 +218,7 @@ def load(base: str, options: dict[str, Any]) -> dict[str, Any]:
                 candidate = response.text.split('name="choice" value="c', 1)[1].split('"', 1)[0]
                 item_id = int(item_url.rstrip("/").rsplit("/", 1)[1])
                 # Submitted twice, as a double click does: the second must be refused.
+                next_url = ""
                 for _ in range(2):
                     decided = session.post(
                         f"{item_url}decide/",
@@ -229,9 +231,10 @@ def load(base: str, options: dict[str, Any]) -> dict[str, Any]:
                             server_errors[0] += 1
                         if f"Saved item {item_id}:" in decided.text:
                             acknowledged.append((f"reviewer{number}", item_id))
+                    next_url = next_url or decided.url  # the first answer leads on
                 with lock:
                     decisions[0] += 1
-                item_url = decided.url
+                item_url = next_url
             time.sleep(options["think"] * random.uniform(0.5, 1.5))
 
     threads = [threading.Thread(target=reviewer, args=(n,)) for n in range(options["reviewers"])]
