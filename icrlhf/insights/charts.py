@@ -1,5 +1,6 @@
 """Line charts as server-made SVG: no chart library, no script, readable at a glance."""
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
@@ -16,6 +17,14 @@ class Series:
 
 def percent(value: float) -> str:
     return f"{value:.0%}"
+
+
+def nice_ceiling(value: float) -> float:
+    """The axis top for a largest value: 1, 2, 2.5 or 5 times a power of ten above it."""
+    if value <= 0:
+        return 1.0
+    power = 10 ** math.floor(math.log10(value))
+    return next(step * power for step in (1, 2, 2.5, 5, 10) if step * power >= value)
 
 
 def line_chart(
@@ -54,9 +63,10 @@ def line_chart(
             f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end">'
             f"{escape(y_label(tick))}</text>"
         )
-    every = max(1, count // 8)
+    every = max(1, math.ceil(count / 7))  # at most 8 labels: each needs room
     for index, label in enumerate(x_labels):
-        if index % every == 0 or index == count - 1:
+        # Every few labels, and the last one, unless it would overlap its neighbour.
+        if (index % every == 0 and count - 1 - index >= every) or index == count - 1:
             out.append(
                 f'<text x="{x(index):.1f}" y="{height - 26}" text-anchor="middle">'
                 f"{escape(label)}</text>"

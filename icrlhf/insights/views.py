@@ -2,7 +2,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import SafeString, mark_safe
 
-from icrlhf.insights.charts import Series, line_chart
+from icrlhf.insights.charts import Series, line_chart, nice_ceiling
 from icrlhf.insights.selectors import RELEVANT_SIMILARITY, Window, queue_dashboard
 from icrlhf.queues.access import queue_for_member
 
@@ -28,8 +28,8 @@ def _seconds(windows: list[Window], x_title: str) -> str:
         x_title=x_title,
         x_labels=[w.label for w in windows],
         series=[Series("seconds", "#8a5a00", values)],
-        y_max=max([v for v in values if v is not None] or [1.0]) * 1.1,
-        y_label=lambda v: f"{v:.0f} s",
+        y_max=nice_ceiling(max([v for v in values if v is not None] or [1.0])),
+        y_label=lambda v: f"{v:g} s",
     )
 
 
@@ -48,8 +48,8 @@ def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
             x_title="day",
             x_labels=day_labels,
             series=[Series("stored", "#5b3cc4", [float(n) for n in stored])],
-            y_max=max(stored[-1], 1) * 1.1,
-            y_label=lambda v: f"{v:.0f}",
+            y_max=nice_ceiling(stored[-1]),
+            y_label=lambda v: f"{v:g}",
         ),
         "retrieval": line_chart(
             title="Generations whose retrieval found a relevant example",

@@ -8,6 +8,7 @@ from django.test import Client
 from django.utils import timezone
 
 from icrlhf.generation.models import Candidate
+from icrlhf.insights.charts import nice_ceiling
 from icrlhf.insights.selectors import DECISIONS_PER_POINT, queue_dashboard
 from icrlhf.memory.models import Example, Retrieval
 from icrlhf.review.models import Decision
@@ -131,3 +132,10 @@ def test_only_members_see_a_queue_dashboard(queue: Any) -> None:
     anonymous = Client().get(f"/q/{queue.slug}/dashboard/")
     assert anonymous.status_code == 302
     assert "/accounts/login/" in anonymous["Location"]
+
+
+@pytest.mark.parametrize(
+    ("largest", "top"), [(0, 1.0), (0.7, 1.0), (7.3, 10), (13, 20), (21.5, 25), (163, 200)]
+)
+def test_axes_end_on_a_round_number_above_the_largest_value(largest: float, top: float) -> None:
+    assert nice_ceiling(largest) == top
