@@ -82,14 +82,21 @@ class Stack:
         self.children: list[Child] = []
         log_dir.mkdir(parents=True, exist_ok=True)
 
-    def spawn(self, name: str, command: list[str], env: dict[str, str] | None = None) -> Child:
+    def spawn(
+        self,
+        name: str,
+        command: list[str],
+        env: dict[str, str] | None = None,
+        unset: tuple[str, ...] = (),
+    ) -> Child:
         log = self.log_dir / f"{name}.log"
         stream = log.open("ab")
+        inherited = {key: value for key, value in os.environ.items() if key not in unset}
         process = subprocess.Popen(
             command,
             stdout=stream,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**inherited, **(env or {})},
             start_new_session=True,  # Ctrl-C reaches us only; we stop the children in order.
         )
         child = Child(name, process, log)
@@ -151,6 +158,9 @@ class Stack:
                 "--n_threads",
                 "1",
             ],
+            # llama_cpp.server reads HOST and PORT from the environment before its options:
+            # `PORT=8080 make run` is the web server's port, not the LLM's.
+            unset=("HOST", "PORT"),
         )
         wait_until(lambda: http_ok(f"{api_base}/models"), timeout_s=60, what="The local LLM")
         return f"local llama.cpp server at {api_base} ({model_path.name})"
