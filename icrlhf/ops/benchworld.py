@@ -5,9 +5,13 @@ import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
+
+from icrlhf.ops.stack import celery_worker_command
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGE = [sys.executable, str(ROOT / "manage.py")]
@@ -35,3 +39,23 @@ def world_migrate(env: dict[str, str]) -> None:
 
 def manage_run(env: dict[str, str], *args: str) -> None:
     subprocess.run([*MANAGE, *args], env=env, check=True)
+
+
+@contextmanager
+def world_worker(env: dict[str, str], folder: Path, *, concurrency: int) -> Iterator[None]:
+    """A real Celery worker on the world's queue while the block runs (log: worker.log)."""
+    with (folder / "worker.log").open("wb") as log:
+        worker = subprocess.Popen(
+            celery_worker_command(
+                "--concurrency", str(concurrency), "--without-mingle", "--without-gossip"
+            ),
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)

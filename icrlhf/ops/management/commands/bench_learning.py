@@ -8,7 +8,6 @@ candidate, best-of-N acceptance, the label of the nearest stored example (kNN to
 LLM with random stored examples (control) and with no retrieval (baseline)."""
 
 import json
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -17,9 +16,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from icrlhf.ops.benchworld import ROOT, manage_run, world_env, world_migrate
+from icrlhf.ops.benchworld import manage_run, world_env, world_migrate, world_worker
 from icrlhf.ops.learning import SERIES, curve_svg
-from icrlhf.ops.stack import Stack, celery_worker_command, free_port
+from icrlhf.ops.stack import Stack, free_port
 
 # The options the outer command hands to the inner one, which runs in the throw-away world.
 _FORWARDED = ("sizes", "test", "control", "candidates", "memory_candidates", "temperature", "seed")
@@ -62,17 +61,7 @@ class Command(BaseCommand):
                     stack.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
                 env = world_env(tmp, LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2")
                 world_migrate(env)
-                log = (tmp / "worker.log").open("wb")
-                worker = subprocess.Popen(
-                    celery_worker_command(
-                        "--concurrency", "4", "--without-mingle", "--without-gossip"
-                    ),
-                    cwd=ROOT,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-                try:
+                with world_worker(env, tmp, concurrency=4):
                     result_file = tmp / "result.json"
                     forwarded = [
                         f"--{name.replace('_', '-')}={options[name]}" for name in _FORWARDED
@@ -81,10 +70,6 @@ class Command(BaseCommand):
                         env, "bench_learning", "--inner", f"--result-file={result_file}", *forwarded
                     )
                     result = json.loads(result_file.read_text())
-                finally:
-                    worker.terminate()
-                    worker.wait(timeout=30)
-                    log.close()
             finally:
                 stack.stop()
         result["minutes"] = round((time.monotonic() - started) / 60, 1)

@@ -7,7 +7,6 @@ it re-runs itself inside that world (`--inner`) to drive the product through its
 
 import json
 import statistics
-import subprocess
 import tempfile
 import time
 from datetime import datetime
@@ -17,9 +16,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from icrlhf.ops.benchworld import ROOT, manage_run, world_env, world_migrate
+from icrlhf.ops.benchworld import manage_run, world_env, world_migrate, world_worker
 from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
-from icrlhf.ops.stack import celery_worker_command, wait_until
+from icrlhf.ops.stack import wait_until
 
 
 def seconds_between(later: datetime | None, earlier: datetime | None) -> float:
@@ -70,36 +69,24 @@ class Command(BaseCommand):
                 LLM_MODEL="openai/fixed-latency",
             )
             world_migrate(env)
-            log = (tmp / "worker.log").open("wb")
-            worker = subprocess.Popen(
-                celery_worker_command(
-                    "--concurrency", "12", "--without-mingle", "--without-gossip"
-                ),
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
             try:
-                result_file = tmp / "result.json"
-                manage_run(
-                    env,
-                    "bench_pipeline",
-                    "--inner",
-                    "--result-file",
-                    str(result_file),
-                    "--latency",
-                    str(options["latency"]),
-                    "--generations",
-                    str(options["generations"]),
-                    "--decisions",
-                    str(options["decisions"]),
-                )
-                return dict(json.loads(result_file.read_text()))
+                with world_worker(env, tmp, concurrency=12):
+                    result_file = tmp / "result.json"
+                    manage_run(
+                        env,
+                        "bench_pipeline",
+                        "--inner",
+                        "--result-file",
+                        str(result_file),
+                        "--latency",
+                        str(options["latency"]),
+                        "--generations",
+                        str(options["generations"]),
+                        "--decisions",
+                        str(options["decisions"]),
+                    )
+                    return dict(json.loads(result_file.read_text()))
             finally:
-                worker.terminate()
-                worker.wait(timeout=30)
-                log.close()
                 llm.stop()
 
     def report(self, result: dict[str, Any], *, as_json: bool) -> None:
