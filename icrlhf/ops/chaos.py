@@ -308,13 +308,16 @@ def vector_store_down(world: World) -> Outcome:
     return outcome
 
 
-def _llm_fault(world: World, fault: str, label: str, *, failures: int = -1) -> Outcome:
-    world.llm.fault, world.llm.failures_left = fault, failures
+def _llm_fault(
+    world: World, label: str, *, fault: str = "", failures: int = -1, latency_s: float = 0.2
+) -> Outcome:
+    """Items generated while the endpoint misbehaves; every failed candidate must say why."""
+    world.llm.fault, world.llm.failures_left, world.llm.latency_s = fault, failures, latency_s
     try:
         items = world.items_create(4)
         world.settle(items)
     finally:
-        world.llm.fault, world.llm.failures_left = "", -1
+        world.llm.fault, world.llm.failures_left, world.llm.latency_s = "", -1, 0.2
     outcome = world.outcome(label, items, _decide_all(world, items))
     unexplained = Candidate.objects.filter(
         generation__item_id__in=items, status=Candidate.Status.FAILED, error=""
@@ -326,29 +329,23 @@ def _llm_fault(world: World, fault: str, label: str, *, failures: int = -1) -> O
 
 
 def llm_slow(world: World) -> Outcome:
-    world.llm.latency_s = settings.LLM_TIMEOUT_S + 1
-    try:
-        items = world.items_create(3)
-        world.settle(items)
-    finally:
-        world.llm.latency_s = 0.2
-    return world.outcome("LLM slower than its timeout", items, _decide_all(world, items))
+    return _llm_fault(world, "LLM slower than its timeout", latency_s=settings.LLM_TIMEOUT_S + 1)
 
 
 def llm_rate_limited(world: World) -> Outcome:
-    return _llm_fault(world, "rate_limit", "LLM answers 429 (always)")
+    return _llm_fault(world, "LLM answers 429 (always)", fault="rate_limit")
 
 
 def llm_server_errors(world: World) -> Outcome:
-    return _llm_fault(world, "server_error", "LLM answers 500 (always)")
+    return _llm_fault(world, "LLM answers 500 (always)", fault="server_error")
 
 
 def llm_garbage(world: World) -> Outcome:
-    return _llm_fault(world, "garbage", "LLM answers garbage")
+    return _llm_fault(world, "LLM answers garbage", fault="garbage")
 
 
 def llm_flaky(world: World) -> Outcome:
-    return _llm_fault(world, "rate_limit", "LLM answers 429, then recovers", failures=6)
+    return _llm_fault(world, "LLM answers 429, then recovers", fault="rate_limit", failures=6)
 
 
 SCENARIOS: dict[str, Callable[[World], Outcome]] = {

@@ -97,9 +97,14 @@ class Command(BaseCommand):
                 self.stdout.write(f"  note: {note}")
         totals = {
             key: sum(o[key] for o in outcomes)
-            for key in ("decisions_made", "decisions_lost", "items_stuck", "candidates_stuck")
+            for key in (
+                "decisions_made",
+                "decisions_lost",
+                "items_stuck",
+                "candidates_stuck",
+                "examples_unindexed",
+            )
         }
-        totals["examples_unindexed"] = sum(o["examples_unindexed"] for o in outcomes)
         self.stdout.write(
             f"Total: {totals['decisions_made']} decisions made, {totals['decisions_lost']} lost, "
             f"{totals['items_stuck']} items stuck, {totals['candidates_stuck']} candidates stuck, "
