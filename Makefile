@@ -9,8 +9,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 VAR := var
 PORT ?= 8000
-# llama-cpp-python compiles llama.cpp; the multimodal part is not needed.
-export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF
+# The local LLM's runtime is built for the portable x86-64 baseline (AVX2) by tools/install-llm;
+# LLM_NATIVE=1 builds it for this machine's CPU only (faster here, crashes on other CPUs).
+LLM_NATIVE ?= 0
+LLM_BUILD := $(if $(filter 1,$(LLM_NATIVE)),native,portable)
 
 .PHONY: help run test bench chaos lint install-run install-test models secret-key browser
 
@@ -27,11 +29,18 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # Each stamp is rebuilt when pyproject.toml changes; pip's wheel cache makes re-runs fast.
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+# llama-cpp-python goes first, from tools/install-llm's own wheelhouse (never pip's cache,
+# which may hold a build for another CPU); the extras below then find it installed.
+$(VENV)/.installed-llm-$(LLM_BUILD): pyproject.toml tools/install-llm | $(BIN)/python
+	LLM_NATIVE=$(LLM_NATIVE) tools/install-llm $(BIN)/pip
+	@rm -f $(VENV)/.installed-llm-*
+	@touch $@
+
+$(VENV)/.installed-run: pyproject.toml $(VENV)/.installed-llm-$(LLM_BUILD) | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[llm,embedded]"
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-llm-$(LLM_BUILD) | $(BIN)/python
 	$(BIN)/pip install --quiet -e ".[dev,llm,embedded]"
 	@touch $@ $(VENV)/.installed-run
 
@@ -57,10 +66,12 @@ browser:
 		test "$$(id -u)" = 0 || { echo "Install Debian's chromium (apt-get install -y chromium)"; exit 1; }; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+# The whole suite on SQLite, then on PostgreSQL when one answers (DATABASE_URL, else
+# 127.0.0.1:5432); it says which databases it ran on.
 test: install-test models browser
 	$(BIN)/ruff check .
 	$(BIN)/mypy icrlhf worker
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	tools/run-tests $(BIN)/python $(PYTEST_ARGS)
 
 bench: install-test models secret-key
 	$(BIN)/python manage.py bench_pipeline $(BENCH_ARGS)

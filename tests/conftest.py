@@ -12,6 +12,7 @@ from django.conf import settings
 from django.test import Client
 
 from icrlhf.integrations import vectors
+from icrlhf.ops.benchworld import database_url_of
 from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
 from icrlhf.ops.stack import Stack, celery_worker_command
 from tests.factories import QueueFactory, UserFactory
@@ -124,7 +125,13 @@ def worker_process(
     """One worker for the session, talking to the fixed-latency LLM over real HTTP."""
     folder = tmp_path_factory.mktemp("worker")
     worker = WorkerProcess(
-        env={"LLM_API_BASE": fixed_llm.api_base, "QDRANT_PATH": str(folder / "qdrant")},
+        env={
+            "LLM_API_BASE": fixed_llm.api_base,
+            "QDRANT_PATH": str(folder / "qdrant"),
+            # pytest-django made a test copy of the database (PostgreSQL's test_<name>):
+            # the worker must write where the tests read.
+            "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
+        },
         log=folder / "worker.log",
     )
     try:

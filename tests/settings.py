@@ -27,6 +27,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so a worker process can open the same database.
     DATABASES["default"]["TEST"] = {"NAME": DATABASES["default"]["NAME"]}
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+else:
+    # A test database of this run's own: two runs on one server never drop each other's.
+    DATABASES["default"]["TEST"] = {"NAME": f"test_icrlhf_{_RUN}"}
 
 # Counters per test process, never left behind in the machine's Redis.
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}

@@ -23,6 +23,14 @@ class TicketIn(Schema):
     )
     category: str = Field("", max_length=200, description="Optional: one of the queue's.")
 
+    @field_validator("*")
+    @classmethod
+    def no_nul(cls, value: object) -> object:
+        # PostgreSQL cannot store NUL in text; SQLite can. Refused on both, with one message.
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError("must not contain NUL (0x00) characters")
+        return value
+
     @field_validator("subject", "body")
     @classmethod
     def not_blank(cls, value: str) -> str:

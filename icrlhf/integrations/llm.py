@@ -134,6 +134,9 @@ def _completion_from(response: Any, *, model: str, latency_ms: int) -> Completio
         content = response.choices[0].message.content
     except (AttributeError, IndexError, TypeError) as error:
         raise PermanentLLMError("The model's answer had no message in it.") from error
+    if isinstance(content, str):
+        # An answer is untrusted text: PostgreSQL cannot store NUL, and no reader needs one.
+        content = content.replace("\x00", "")
     if not isinstance(content, str) or not content.strip():
         raise PermanentLLMError("The model returned an empty answer.")
     usage = getattr(response, "usage", None)

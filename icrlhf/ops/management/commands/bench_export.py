@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from icrlhf.ops.benchworld import manage_run, world_env, world_migrate
+from icrlhf.ops.benchworld import manage_run, world_database, world_env, world_migrate
 
 _BATCH = 5_000
 
@@ -42,8 +42,11 @@ class Command(BaseCommand):
         if options["inner"]:
             Path(options["result_file"]).write_text(json.dumps(measure(options["format"])))
             return
-        with tempfile.TemporaryDirectory(prefix="icrlhf-bench-export-") as folder:
-            env = world_env(Path(folder))
+        with (
+            tempfile.TemporaryDirectory(prefix="icrlhf-bench-export-") as folder,
+            world_database(Path(folder)) as database_url,
+        ):
+            env = world_env(Path(folder), database_url=database_url)
             world_migrate(env)
             started = time.monotonic()
             manage_run(env, "bench_export", "--seed", "--decisions", str(options["decisions"]))

@@ -16,7 +16,13 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from icrlhf.ops.benchworld import manage_run, world_env, world_migrate, world_worker
+from icrlhf.ops.benchworld import (
+    manage_run,
+    world_database,
+    world_env,
+    world_migrate,
+    world_worker,
+)
 from icrlhf.ops.learning import SERIES, curve_svg
 from icrlhf.ops.stack import Stack, free_port
 
@@ -51,7 +57,10 @@ class Command(BaseCommand):
             Path(options["result_file"]).write_text(json.dumps(measure(options, sizes)))
             return
         started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="icrlhf-bench-learning-") as folder:
+        with (
+            tempfile.TemporaryDirectory(prefix="icrlhf-bench-learning-") as folder,
+            world_database(Path(folder)) as database_url,
+        ):
             tmp = Path(folder)
             stack = Stack(log_dir=tmp)
             try:
@@ -59,7 +68,12 @@ class Command(BaseCommand):
                 if not api_base:
                     api_base = f"http://127.0.0.1:{free_port()}/v1"
                     stack.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
-                env = world_env(tmp, LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2")
+                env = world_env(
+                    tmp,
+                    database_url=database_url,
+                    LLM_API_BASE=api_base,
+                    LLM_MODEL="openai/smollm2",
+                )
                 world_migrate(env)
                 with world_worker(env, tmp, concurrency=4):
                     result_file = tmp / "result.json"

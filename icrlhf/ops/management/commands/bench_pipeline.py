@@ -16,7 +16,13 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from icrlhf.ops.benchworld import manage_run, world_env, world_migrate, world_worker
+from icrlhf.ops.benchworld import (
+    manage_run,
+    world_database,
+    world_env,
+    world_migrate,
+    world_worker,
+)
 from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
 from icrlhf.ops.stack import wait_until
 
@@ -45,7 +51,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--database-url",
             default="",
-            help="An empty scratch database (default: a temporary SQLite file).",
+            help="A PostgreSQL server to run on, e.g. postgres://postgres@127.0.0.1:5432/test: "
+            "a scratch database is created there and dropped after the run (default: the "
+            "install's database kind; a temporary SQLite file for SQLite).",
         )
         parser.add_argument("--inner", action="store_true", help=argparse_hidden())
         parser.add_argument("--result-file", default="", help=argparse_hidden())
@@ -60,11 +68,14 @@ class Command(BaseCommand):
 
     def orchestrate(self, options: dict[str, Any]) -> dict[str, Any]:
         llm = FixedLatencyLLM(latency_s=options["latency"]).start()
-        with tempfile.TemporaryDirectory(prefix="icrlhf-bench-") as folder:
+        with (
+            tempfile.TemporaryDirectory(prefix="icrlhf-bench-") as folder,
+            world_database(Path(folder), options["database_url"]) as database_url,
+        ):
             tmp = Path(folder)
             env = world_env(
                 tmp,
-                database_url=options["database_url"],
+                database_url=database_url,
                 LLM_API_BASE=llm.api_base,
                 LLM_MODEL="openai/fixed-latency",
             )

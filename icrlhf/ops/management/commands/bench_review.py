@@ -20,7 +20,7 @@ from typing import Any
 import requests
 from django.core.management.base import BaseCommand, CommandParser
 
-from icrlhf.ops.benchworld import ROOT, manage_run, world_env, world_migrate
+from icrlhf.ops.benchworld import ROOT, manage_run, world_database, world_env, world_migrate
 from icrlhf.ops.stack import free_port, http_ok, wait_until
 
 PASSWORD = "bench-reviewer-password"  # noqa: S105 (a throw-away world's users)
@@ -48,6 +48,12 @@ class Command(BaseCommand):
             "--duration", type=float, default=0, help="Seconds to run instead of --loads."
         )
         parser.add_argument("--port", type=int, default=0, help="Default: a free port.")
+        parser.add_argument(
+            "--database-url",
+            default="",
+            help="A PostgreSQL server to run on: a scratch database is created there and "
+            "dropped after the run (default: the install's database kind).",
+        )
         parser.add_argument("--seed-only", action="store_true", help="(internal)")
         parser.add_argument("--verify", default="", help="(internal) acknowledged decisions")
 
@@ -59,9 +65,14 @@ class Command(BaseCommand):
             verify(Path(options["verify"]))
             return
         port = options["port"] or free_port()
-        with tempfile.TemporaryDirectory(prefix="icrlhf-bench-review-") as folder:
+        with (
+            tempfile.TemporaryDirectory(prefix="icrlhf-bench-review-") as folder,
+            world_database(Path(folder), options["database_url"]) as database_url,
+        ):
             # Every simulated reviewer logs in from 127.0.0.1: lift the per-address limit.
-            env = world_env(Path(folder), LOGIN_ATTEMPTS_PER_MINUTE="100000")
+            env = world_env(
+                Path(folder), database_url=database_url, LOGIN_ATTEMPTS_PER_MINUTE="100000"
+            )
             world_migrate(env)
             manage_run(env, "bench_review", "--seed-only", "--reviewers", str(options["reviewers"]))
             manage_run(env, "collectstatic", "--noinput", "-v", "0")

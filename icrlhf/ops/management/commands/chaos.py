@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from icrlhf.ops.benchworld import manage_run, world_env, world_migrate
+from icrlhf.ops.benchworld import manage_run, world_database, world_env, world_migrate
 from icrlhf.ops.chaos import SCENARIOS
 from icrlhf.ops.stack import free_port, port_open
 
@@ -66,12 +66,17 @@ class Command(BaseCommand):
             outcomes = run(result_file.parent, names, options["runs"])
             result_file.write_text(json.dumps([asdict(o) for o in outcomes]))
             return
-        with tempfile.TemporaryDirectory(prefix="icrlhf-chaos-") as folder:
+        with (
+            tempfile.TemporaryDirectory(prefix="icrlhf-chaos-") as folder,
+            world_database(Path(folder)) as database_url,
+        ):
             tmp = Path(folder)
             port = free_port()
             if port_open("127.0.0.1", port):
                 raise CommandError("No free port for the private broker.")
-            env = world_env(tmp, BROKER_URL=f"redis://127.0.0.1:{port}/0", **_WORLD)
+            env = world_env(
+                tmp, database_url=database_url, BROKER_URL=f"redis://127.0.0.1:{port}/0", **_WORLD
+            )
             world_migrate(env)
             result_file = tmp / "result.json"
             manage_run(

@@ -1,14 +1,29 @@
+import time
 from typing import Any
+from urllib.parse import urlparse
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from icrlhf.ops.demo import demo_login_ensure
-from icrlhf.ops.stack import Stack
+from icrlhf.ops.local_llm import LocalLLMUnsupported, local_llm_check
+from icrlhf.ops.stack import (
+    LOOPBACK,
+    celery_worker_command,
+    embedded_broker_command,
+    http_ok,
+    local_llm_command,
+    port_open,
+    web_command,
+)
+from icrlhf.ops.supervision import Part, Supervisor, tail
 
 
 class Command(BaseCommand):
-    help = "Run broker, local LLM, worker and web together; Ctrl-C stops them all."
+    help = (
+        "Run broker, local LLM, worker and web under supervisord: a part that dies is "
+        "restarted and the others carry on; Ctrl-C stops them all."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=8000)
@@ -18,33 +33,110 @@ class Command(BaseCommand):
             help="Do not start the llama.cpp server (LLM_API_BASE points elsewhere).",
         )
 
+    def say(self, text: str) -> None:
+        self.stdout.write(text)
+        self.stdout.flush()
+
     def handle(self, *args: Any, **options: Any) -> None:
-        log_dir = settings.VAR_DIR / "log"
-        stack = Stack(log_dir=log_dir)
-        code = 1
+        supervisor = Supervisor(
+            run_dir=settings.VAR_DIR / "run", log_dir=settings.VAR_DIR / "log", say=self.say
+        )
+        readiness: list[tuple[str, Any, float]] = []
+        broker = self._broker(supervisor, readiness)
+        llm = self._llm(supervisor, readiness, local=not options["no_local_llm"])
+        supervisor.add(
+            Part(
+                "worker",
+                celery_worker_command(
+                    "--concurrency",
+                    "8",
+                    "--beat",
+                    "--schedule",
+                    str(settings.VAR_DIR / "celerybeat-schedule"),
+                ),
+                priority=30,
+            )
+        )
+        url = f"http://127.0.0.1:{options['port']}/"
+        supervisor.add(Part("web", web_command(options["port"]), priority=40))
+        readiness.append(("web", lambda: http_ok(f"{url}accounts/login/"), 60))
         try:
-            broker = stack.start_broker(settings.CELERY_BROKER_URL, settings.VAR_DIR / "broker")
-            if options["no_local_llm"]:
-                llm = f"{settings.LLM_MODEL} at {settings.LLM_API_BASE}"
-            else:
-                llm = stack.start_local_llm(
-                    settings.LLM_API_BASE, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2"
-                )
-            stack.start_worker(settings.VAR_DIR / "celerybeat-schedule")
-            url = stack.start_web(options["port"])
+            supervisor.start()
+            for name, ready, timeout_s in readiness:
+                self._wait_ready(supervisor, name, ready, timeout_s)
             login = demo_login_ensure()
-            self.stdout.write(
+            self.say(
                 "\n"
                 f"  icrlhf is running: open {url}\n"
                 f"  Log in as {login.username} / {login.password}\n"
                 f"  Broker: {broker}\n"
                 f"  LLM: {llm}\n"
-                f"  Logs: {log_dir}/ (web, worker, llm)\n"
-                "  Press Ctrl-C to stop everything.\n"
+                f"  Logs: {supervisor.log_dir}/ (one per part; supervisord.log says what "
+                "started and stopped)\n"
+                "  A part that dies is restarted; the others carry on. Ctrl-C stops everything.\n"
             )
-            self.stdout.flush()
-            code = stack.wait()
+            while supervisor.running():
+                time.sleep(0.5)
+            raise CommandError(f"supervisord stopped; see {supervisor.log_dir / 'supervisord.log'}")
+        except KeyboardInterrupt:
+            pass
         finally:
-            self.stdout.write("Stopping…")
-            stack.stop()
-        raise SystemExit(code)
+            self.say("Stopping…")
+            supervisor.stop()
+
+    def _broker(self, supervisor: Supervisor, readiness: list[tuple[str, Any, float]]) -> str:
+        url = urlparse(settings.CELERY_BROKER_URL)
+        host, port = url.hostname or "127.0.0.1", url.port or 6379
+        if port_open(host, port):
+            return f"Redis at {host}:{port} (already running)"
+        if host not in LOOPBACK:
+            raise CommandError(f"No broker answers at {settings.CELERY_BROKER_URL}")
+        data_dir = settings.VAR_DIR / "broker"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        supervisor.add(Part("broker", embedded_broker_command(port, data_dir), priority=10))
+        readiness.append(("broker", lambda: port_open(host, port), 30))
+        return f"embedded Valkey at {host}:{port}"
+
+    def _llm(
+        self, supervisor: Supervisor, readiness: list[tuple[str, Any, float]], *, local: bool
+    ) -> str:
+        api_base = settings.LLM_API_BASE
+        url = urlparse(api_base)
+        host, port = url.hostname or "127.0.0.1", url.port or 80
+        if not local or host not in LOOPBACK:
+            return f"{settings.LLM_MODEL} at {api_base}"
+        if port_open(host, port):
+            return f"LLM at {api_base} (already running)"
+        try:
+            local_llm_check()
+        except LocalLLMUnsupported as error:
+            raise CommandError(str(error)) from error
+        model = settings.LOCAL_LLM_MODEL_PATH
+        supervisor.add(
+            Part(
+                "llm",
+                local_llm_command(model, alias="smollm2", port=port),
+                # llama_cpp.server reads HOST and PORT before its options; `PORT=8080 make
+                # run` names the web server's port, so the LLM's own are set here.
+                environment={"HOST": "127.0.0.1", "PORT": str(port)},
+                start_s=5,
+                priority=20,
+            )
+        )
+        readiness.append(("llm", lambda: http_ok(f"{api_base}/models"), 90))
+        return f"local llama.cpp server at {api_base} ({model.name})"
+
+    def _wait_ready(self, supervisor: Supervisor, name: str, ready: Any, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            if not supervisor.running():
+                raise CommandError(
+                    f"supervisord stopped; see {supervisor.log_dir / 'supervisord.log'}"
+                )
+            if supervisor.ended(name) or time.monotonic() > deadline:
+                last = "\n".join(f"    | {line}" for line in tail(supervisor.log_of(name)))
+                raise CommandError(
+                    f"{name} did not start within {timeout_s:.0f} s. "
+                    f"Last lines of {supervisor.log_of(name)}:\n{last}"
+                )
+            time.sleep(0.2)

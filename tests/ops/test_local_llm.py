@@ -1,0 +1,67 @@
+"""The local LLM runs on any x86-64 CPU with AVX2: its build uses no instruction beyond that
+baseline, and a CPU it cannot run on gets a plain message instead of a crash."""
+
+from pathlib import Path
+
+from icrlhf.ops.local_llm import (
+    PORTABLE_BASELINE,
+    build_features,
+    cpu_flags,
+    cpu_problem,
+    features_of,
+    local_llm_check,
+)
+
+
+def test_the_installed_llama_cpp_is_built_for_the_portable_baseline_only() -> None:
+    features = build_features()  # read from the installed library's own system info
+    assert "AVX2" in features, features
+    beyond = features - PORTABLE_BASELINE
+    assert not beyond, (
+        f"llama.cpp was compiled with {sorted(beyond)}: a native build, which crashes on other "
+        "CPUs. Reinstall with tools/install-llm (make removes .venv/.installed-llm-*)."
+    )
+
+
+def test_this_machine_can_run_the_installed_build() -> None:
+    local_llm_check()  # raises LocalLLMUnsupported with the reason otherwise
+
+
+def test_system_info_is_read_feature_by_feature() -> None:
+    info = "CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | AVX512 = 0 | LLAMAFILE = 1 | "
+    assert features_of(info) == {"SSE3", "SSSE3", "AVX", "AVX2"}
+
+
+def test_cpu_flags_come_from_proc_cpuinfo(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\nbugs\t\t:\n")
+    assert cpu_flags(cpuinfo) == {"fpu", "sse2", "avx", "avx2", "fma"}
+    assert cpu_flags(tmp_path / "missing") == frozenset()
+
+
+def test_a_cpu_without_avx2_is_told_what_to_do() -> None:
+    problem = cpu_problem(
+        needed=frozenset({"AVX", "AVX2", "FMA"}),
+        flags=frozenset({"avx", "fma", "sse2"}),
+        machine="x86_64",
+    )
+    assert "lacks AVX2" in problem
+    assert "LLM_NATIVE=1 make run" in problem and "LLM_API_BASE" in problem
+
+
+def test_a_native_build_on_a_cpu_without_avx512_is_named() -> None:
+    problem = cpu_problem(
+        needed=frozenset({"AVX2", "AVX512", "AMX_INT8"}),
+        flags=frozenset({"avx2"}),
+        machine="x86_64",
+    )
+    assert "lacks AMX_INT8, AVX512" in problem
+
+
+def test_another_architecture_is_told_plainly() -> None:
+    assert "x86-64" in cpu_problem(needed=frozenset(), flags=frozenset(), machine="aarch64")
+
+
+def test_a_cpu_with_everything_needed_has_no_problem() -> None:
+    flags = frozenset({"pni", "ssse3", "avx", "avx2", "f16c", "fma", "bmi2"})
+    assert cpu_problem(needed=PORTABLE_BASELINE, flags=flags, machine="x86_64") == ""

@@ -1,0 +1,91 @@
+"""A NUL character (0x00) in text: PostgreSQL cannot store one and SQLite can, so it is refused
+the same way on both, with a clear message, on every path that takes text; nothing is saved."""
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from icrlhf.ingest.importing import tickets_import
+from icrlhf.integrations import llm
+from icrlhf.queues.models import Item
+from icrlhf.review.models import Decision
+from tests.factories import ItemFactory, ready_generation
+
+pytestmark = pytest.mark.django_db
+
+TICKET = {"subject": "Card not here", "body": "It has not arrived."}
+
+
+def api_post(client: Client, path: str, body: object, token: str) -> Any:
+    return client.post(
+        path, body, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
+    )
+
+
+@pytest.mark.parametrize("field", ["subject", "body", "customer", "channel", "external_id"])
+def test_the_api_refuses_a_ticket_with_a_nul_in_any_field(
+    client: Client, api_token: str, field: str
+) -> None:
+    response = api_post(client, "/api/v1/tickets", {**TICKET, field: "a\x00b"}, api_token)
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        {"field": field, "message": "Value error, must not contain NUL (0x00) characters"}
+    ]
+    assert not Item.objects.exists()
+
+
+def test_a_batch_with_one_nul_saves_nothing_and_names_the_ticket(
+    client: Client, api_token: str
+) -> None:
+    batch = {"tickets": [TICKET, {**TICKET, "body": "\x00"}]}
+    response = api_post(client, "/api/v1/tickets/batch", batch, api_token)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["field"] == "tickets.1.body"
+    assert not Item.objects.exists()
+
+
+def test_an_import_reports_the_row_with_a_nul_and_imports_the_others(triage_queue: Any) -> None:
+    data = b"subject,body\nfine,all good\nbad,has a \x00 in it\n"
+    report = tickets_import(queue=triage_queue, data=data, filename="t.csv")
+    assert report.created == 1
+    assert [(p.row, "NUL (0x00)" in p.message) for p in report.problems] == [(3, True)]
+    assert Item.objects.get().subject == "fine"
+
+
+def test_an_api_query_with_a_nul_is_refused(client: Client, api_token: str) -> None:
+    response = client.get(
+        "/api/v1/exports/preferences?reviewer=a%00b", HTTP_AUTHORIZATION=f"Bearer {api_token}"
+    )
+    assert response.status_code == 400
+    assert "NUL (0x00)" in response.json()["detail"]
+
+
+def test_the_login_form_refuses_a_nul_without_a_server_error(client: Client) -> None:
+    response = client.post("/accounts/login/", {"username": "a\x00", "password": "x"})
+    assert response.status_code == 400
+    assert b"NUL (0x00)" in response.content
+
+
+def test_a_decision_with_a_nul_in_the_edited_text_is_refused_and_nothing_is_saved(
+    logged_in: Client, queue: Any
+) -> None:
+    item = ItemFactory(queue=queue)
+    generation = ready_generation(item, texts=["one", "two"])
+    candidate = generation.candidates.first()
+    response = logged_in.post(
+        f"/items/{item.pk}/decide/",
+        {"choice": f"c{candidate.pk}", f"final_text_{candidate.pk}": "edited \x00 text"},
+    )
+    assert response.status_code == 400
+    assert not Decision.objects.exists()
+
+
+def test_a_nul_in_a_model_answer_is_dropped_not_stored() -> None:
+    completion = llm.complete(
+        messages=[{"role": "user", "content": "hi"}],
+        model="openai/test-model",
+        params={},
+        mock_response="an\x00swer",
+    )
+    assert completion.text == "answer"
