@@ -1,15 +1,35 @@
-# One image for web, worker and beat. The embedding model folder is built at image build time.
+# One image for web, worker and beat, portable to any x86-64 CPU with AVX2.
+#
+# The local LLM's runtime (llama-cpp-python, for those who run the bundled model in the
+# image) is compiled in a build stage by tools/install-llm with the portable flags, never for
+# the CPU of the machine that builds the image: an image travels to other CPUs.
+FROM python:3.12-slim AS llm-build
+RUN apt-get update && apt-get install -y --no-install-recommends build-essential cmake \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /build
+COPY pyproject.toml ./
+COPY tools/install-llm ./tools/
+ENV ICRLHF_WHEELHOUSE=/wheels
+RUN python -m venv /venv && tools/install-llm /venv/bin/pip
+
 FROM python:3.12-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 ICRLHF_VAR_DIR=/app/var
+RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
+COPY --from=llm-build /wheels /wheels
 COPY pyproject.toml README.md ./
 COPY icrlhf ./icrlhf
 COPY worker ./worker
 COPY templates ./templates
 COPY static ./static
+COPY tools ./tools
 COPY manage.py ./
-RUN pip install --no-cache-dir . \
- && SECRET_KEY=build-only python manage.py build_models \
+# The portable llama-cpp-python first, from the build stage's wheel; `.[llm]` then finds it.
+RUN pip install --no-cache-dir --no-deps --no-index --find-links /wheels/* llama-cpp-python \
+ && pip install --no-cache-dir ".[llm]" \
+ && rm -rf /wheels \
+ && SECRET_KEY=build-only python manage.py build_models --llm \
  && SECRET_KEY=build-only python manage.py collectstatic --noinput \
  && useradd --system --home /app icrlhf && chown -R icrlhf /app/var
 USER icrlhf

@@ -1,7 +1,11 @@
 """The local LLM runs on any x86-64 CPU with AVX2: its build uses no instruction beyond that
 baseline, and a CPU it cannot run on gets a plain message instead of a crash."""
 
+import io
+import json
 from pathlib import Path
+
+from django.core.management import call_command
 
 from icrlhf.ops.local_llm import (
     PORTABLE_BASELINE,
@@ -65,3 +69,12 @@ def test_another_architecture_is_told_plainly() -> None:
 def test_a_cpu_with_everything_needed_has_no_problem() -> None:
     flags = frozenset({"pni", "ssse3", "avx", "avx2", "f16c", "fma", "bmi2"})
     assert cpu_problem(needed=PORTABLE_BASELINE, flags=flags, machine="x86_64") == ""
+
+
+def test_the_speed_benchmark_measures_the_installed_build() -> None:
+    out = io.StringIO()
+    call_command("bench_llm", "--runs=1", "--tokens=16", "--json", stdout=out)
+    result = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert set(result["build_features"]) <= PORTABLE_BASELINE
+    assert result["runs"] == 1 and result["tokens_per_answer"] > 0
+    assert result["tokens_per_s_median"] > 0
