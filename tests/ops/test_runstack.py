@@ -55,7 +55,10 @@ class RunningStack:
     def shell(self, code: str) -> str:
         """Runs Django code in the stack's own world (its database, its broker queue)."""
         done = subprocess.run(
-            [*MANAGE, "shell", "--no-imports", "-c", code], env=self.env, capture_output=True, text=True
+            [*MANAGE, "shell", "--no-imports", "-c", code],
+            env=self.env,
+            capture_output=True,
+            text=True,
         )
         assert done.returncode == 0, done.stderr
         return (done.stdout.strip().splitlines() or [""])[-1]
