@@ -19,7 +19,8 @@ LLM_BUILD := $(if $(filter 1,$(LLM_NATIVE)),native,portable)
 help:
 	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
 	@echo "make test   - install everything and run the whole test suite"
-	@echo "make bench  - run the benchmarks (pipeline, review page, curation, export, learning curve)"
+	@echo "make bench  - run the benchmarks (local LLM speed, pipeline and review page on both"
+	@echo "              databases, curation, export, learning curve)"
 	@echo "make chaos  - inject faults into the real loop and print what was lost or stuck"
 	@echo "make lint   - ruff and mypy"
 
@@ -73,9 +74,16 @@ test: install-test models browser
 	$(BIN)/mypy icrlhf worker
 	tools/run-tests $(BIN)/python $(PYTEST_ARGS)
 
+# The pipeline and review benchmarks run on SQLite, then on PostgreSQL when one answers.
 bench: install-test models secret-key
+	$(BIN)/python manage.py bench_llm $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_pipeline $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_review $(BENCH_ARGS)
+	@postgres=$$(tools/postgres-url $(BIN)/python); \
+	if [ -n "$$postgres" ]; then \
+		$(BIN)/python manage.py bench_pipeline --database-url "$$postgres" $(BENCH_ARGS) && \
+		$(BIN)/python manage.py bench_review --database-url "$$postgres" $(BENCH_ARGS); \
+	else echo "No PostgreSQL answers: the pipeline and review benchmarks ran on SQLite only."; fi
 	$(BIN)/python manage.py bench_curation $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_export $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_learning $(BENCH_ARGS)

@@ -6,7 +6,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -31,6 +31,14 @@ class ExportFilters:
     verdict: str = ""
     since_last_export: bool = False
     anonymize: bool = False
+
+    def __post_init__(self) -> None:
+        # In UTC: PostgreSQL refuses offsets beyond ±15:59, which Python (and ISO 8601 as
+        # the API parses it) allows, and one time is the same instant either way.
+        for name in ("decided_from", "decided_to"):
+            value = getattr(self, name)
+            if value is not None and value.tzinfo is not None:
+                object.__setattr__(self, name, value.astimezone(UTC))
 
     def describe(self) -> dict[str, Any]:
         data = asdict(self)

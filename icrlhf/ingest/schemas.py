@@ -1,6 +1,6 @@
 """The shape of an incoming ticket, shared by the API and the file import."""
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Literal
 
 from django.conf import settings
@@ -41,9 +41,12 @@ class TicketIn(Schema):
     @field_validator("sla_due_at")
     @classmethod
     def aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
             raise ValueError("needs a time zone, e.g. 2026-11-21T12:00:00Z")
-        return value
+        # PostgreSQL refuses offsets beyond ±15:59 (Python allows ±23:59): store UTC.
+        return value.astimezone(UTC)
 
 
 class TicketOut(Schema):

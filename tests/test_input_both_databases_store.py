@@ -1,5 +1,7 @@
-"""A NUL character (0x00) in text: PostgreSQL cannot store one and SQLite can, so it is refused
-the same way on both, with a clear message, on every path that takes text; nothing is saved."""
+"""Input that SQLite stores and PostgreSQL refuses gets the same clear behaviour on both.
+
+A NUL character (0x00) in text is refused with a clear message on every path that takes text,
+and nothing is saved; a time with an offset beyond ±15:59 is taken as the same instant in UTC."""
 
 from typing import Any
 
@@ -89,3 +91,19 @@ def test_a_nul_in_a_model_answer_is_dropped_not_stored() -> None:
         mock_response="an\x00swer",
     )
     assert completion.text == "answer"
+
+
+def test_a_time_with_an_offset_postgresql_cannot_store_is_taken_as_the_same_instant(
+    client: Client, api_token: str
+) -> None:
+    """ISO 8601 and Python allow +16:00; PostgreSQL does not. The same instant in UTC works
+    on both databases."""
+    ticket = {**TICKET, "sla_due_at": "2030-01-02T00:00:00+16:00"}
+    response = api_post(client, "/api/v1/tickets", ticket, api_token)
+    assert response.status_code == 201
+    assert Item.objects.get().sla_due_at.isoformat() == "2030-01-01T08:00:00+00:00"
+    export = client.get(
+        "/api/v1/exports/preferences?decided_from=2000-01-01T00%3A00%3A00%2B16%3A00",
+        HTTP_AUTHORIZATION=f"Bearer {api_token}",
+    )
+    assert export.status_code == 200
