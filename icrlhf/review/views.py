@@ -65,6 +65,11 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     item = _item_for(request, item_id)
     reviewer = can_review(request.user, item.queue)
     generation = generation_selectors.generation_latest(item=item)
+    # The worker finishes a generation and readies its item in one transaction, but `item`
+    # was read before `generation`: read its status again, so a poll never sees a finished
+    # generation with an item still generating (and stops polling with nothing to pick).
+    # PostgreSQL's READ COMMITTED showed this in the tests; SQLite rarely does.
+    item.refresh_from_db(fields=["status"])
     decisions = list(selectors.decisions_standing(item=item))
     mine = next((d for d in decisions if d.reviewer_id == request.user.pk), None)
     claims = list(selectors.claims_active(item=item))
