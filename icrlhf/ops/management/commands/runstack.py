@@ -1,3 +1,4 @@
+import signal
 import time
 from typing import Any
 from urllib.parse import urlparse
@@ -38,6 +39,11 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # supervisord runs in its own session (so a Ctrl-C reaches this process only, which
+        # stops the parts in order): `kill`, a closed terminal or a service manager's stop
+        # must take the same way out, or the parts would outlive the command.
+        for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(stop_signal, _stop_requested)
         supervisor = Supervisor(
             run_dir=settings.VAR_DIR / "run", log_dir=settings.VAR_DIR / "log", say=self.say
         )
@@ -140,3 +146,7 @@ class Command(BaseCommand):
                     f"Last lines of {supervisor.log_of(name)}:\n{last}"
                 )
             time.sleep(0.2)
+
+
+def _stop_requested(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
