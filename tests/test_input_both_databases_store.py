@@ -107,3 +107,21 @@ def test_a_time_with_an_offset_postgresql_cannot_store_is_taken_as_the_same_inst
         HTTP_AUTHORIZATION=f"Bearer {api_token}",
     )
     assert export.status_code == 200
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-12:00"])
+def test_a_time_beyond_the_calendar_in_utc_is_refused_or_bounded_not_a_server_error(
+    client: Client, api_token: str, when: str
+) -> None:
+    response = api_post(client, "/api/v1/tickets", {**TICKET, "sla_due_at": when}, api_token)
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        {"field": "sla_due_at", "message": "Value error, is out of range"}
+    ]
+    assert not Item.objects.exists()
+    for bound in ("decided_from", "decided_to"):
+        export = client.get(
+            f"/api/v1/exports/preferences?{bound}={when.replace('+', '%2B')}",
+            HTTP_AUTHORIZATION=f"Bearer {api_token}",
+        )
+        assert export.status_code == 200

@@ -38,12 +38,21 @@ class ExportFilters:
         for name in ("decided_from", "decided_to"):
             value = getattr(self, name)
             if value is not None and value.tzinfo is not None:
-                object.__setattr__(self, name, value.astimezone(UTC))
+                object.__setattr__(self, name, _utc_bound(value))
 
     def describe(self) -> dict[str, Any]:
         data = asdict(self)
         data["queue"] = self.queue.slug if self.queue else None
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in data.items()}
+
+
+def _utc_bound(value: datetime) -> datetime:
+    """A filter bound in UTC; one beyond the calendar in UTC (year 1 at +14:00) is the
+    calendar's own end, which filters the same."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        return (datetime.min if value.year == 1 else datetime.max).replace(tzinfo=UTC)
 
 
 def _iso(value: datetime | None) -> str | None:

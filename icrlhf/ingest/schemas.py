@@ -46,7 +46,10 @@ class TicketIn(Schema):
         if value.tzinfo is None:
             raise ValueError("needs a time zone, e.g. 2026-11-21T12:00:00Z")
         # PostgreSQL refuses offsets beyond ±15:59 (Python allows ±23:59): store UTC.
-        return value.astimezone(UTC)
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:  # year 1 at +14:00 is before the calendar starts, in UTC
+            raise ValueError("is out of range") from None
 
 
 class TicketOut(Schema):
