@@ -1,10 +1,10 @@
 import factory
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.queues.apps import grant_curator_permissions
 from icrlhf.queues.models import Item, Queue
+from icrlhf.queues.roles import curator_permissions_grant
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -23,7 +23,7 @@ class UserFactory(factory.django.DjangoModelFactory):
         # permissions granted after migrating.
         if create and names:
             self.groups.add(*(Group.objects.get_or_create(name=name)[0] for name in names))
-            grant_curator_permissions()
+            curator_permissions_grant(group_model=Group, permission_model=Permission)
 
 
 class QueueFactory(factory.django.DjangoModelFactory):
