@@ -10,7 +10,8 @@ def grant(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     # Django creates an app's permissions after *all* migrations have run (post_migrate), so on
     # a fresh database they do not exist yet here: create the memory app's now.
     memory = apps.get_app_config("memory")
-    memory.models_module = True  # create_permissions skips apps without a models module
+    # create_permissions skips an app without a models module; a historical app has none.
+    memory.models_module = True  # type: ignore[assignment]
     create_permissions(memory, verbosity=0, apps=apps, using=schema_editor.connection.alias)
     memory.models_module = None
     curator_permissions_grant(
