@@ -25,6 +25,9 @@ CHUNK = 1000
 @dataclass(frozen=True)
 class ExportFilters:
     queue: Queue | None = None
+    # The queues the person exporting may export; None for all (admins, the command line).
+    # "All queues" means all of these, never every queue of the install.
+    allowed_queue_ids: frozenset[int] | None = None
     decided_from: datetime | None = None
     decided_to: datetime | None = None
     reviewer: str = ""
@@ -43,6 +46,8 @@ class ExportFilters:
     def describe(self) -> dict[str, Any]:
         data = asdict(self)
         data["queue"] = self.queue.slug if self.queue else None
+        if self.allowed_queue_ids is not None:
+            data["allowed_queue_ids"] = sorted(self.allowed_queue_ids)
         return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in data.items()}
 
 
@@ -61,6 +66,8 @@ def _iso(value: datetime | None) -> str | None:
 
 def decisions_filtered(*, filters: ExportFilters, consumer: str) -> QuerySet[Decision]:
     decisions = Decision.objects.filter(superseded_at__isnull=True)
+    if filters.allowed_queue_ids is not None:
+        decisions = decisions.filter(item__queue_id__in=filters.allowed_queue_ids)
     if filters.queue is not None:
         decisions = decisions.filter(item__queue=filters.queue)
     if filters.decided_from:

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from icrlhf.export.formats import FORMATS
 from icrlhf.export.services import ExportFilters, export_lines
-from icrlhf.queues.access import can_curate, queues_visible
+from icrlhf.queues.access import can_curate, is_admin, queues_visible
 from icrlhf.queues.models import Queue
 from icrlhf.review.models import Decision
 
@@ -57,6 +57,11 @@ def export_page(request: HttpRequest) -> HttpResponseBase:
     until = data["decided_to"]
     filters = ExportFilters(
         queue=data["queue"],
+        allowed_queue_ids=(
+            None
+            if is_admin(request.user)
+            else frozenset(queues_visible(request.user).values_list("pk", flat=True))
+        ),
         decided_from=_day_start(data["decided_from"]),
         decided_to=_day_start(until.fromordinal(until.toordinal() + 1)) if until else None,
         reviewer=data["reviewer"].strip(),

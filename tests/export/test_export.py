@@ -277,3 +277,38 @@ def test_the_api_exports_its_queue_with_a_token(decisions: Any, queue: Any, clie
     assert client.get("/api/v1/exports/preferences").status_code == 401
     bad = client.get("/api/v1/exports/preferences?format=xml", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert bad.status_code == 422
+
+
+@pytest.mark.parametrize("role", ["curator", "admin"])
+def test_all_queues_means_the_queues_the_exporter_may_export(
+    decisions: Any, queue: Any, role: str
+) -> None:
+    """A curator of one queue who picks "All queues", or names a reviewer of another queue,
+    gets their own queue's decisions and nothing of any other; an admin gets every queue."""
+    other_queue = QueueFactory()
+    stranger = UserFactory()
+    other_queue.members.add(stranger)
+    foreign = decided(other_queue, stranger, "chosen", ["secret answer", "other"])
+    exporter = UserFactory(roles=[role])
+    queue.members.add(exporter)
+    client = Client()
+    client.force_login(exporter)
+
+    def exported(**form: str) -> list[dict[str, Any]]:
+        response = client.post("/export/", {"format": "canonical", "queue": "", **form})
+        assert response.status_code == 200
+        content = b"".join(response.streaming_content).decode()  # type: ignore[arg-type]
+        return [json.loads(line) for line in content.splitlines()]
+
+    everything = exported()
+    by_stranger = exported(reviewer=stranger.username)
+    ids = {record["decision_id"] for record in everything}
+    if role == "curator":
+        assert foreign.pk not in ids and ids == {d.pk for d in decisions.values()}
+        assert by_stranger == []
+        # Naming the other queue is refused outright.
+        refused = client.post("/export/", {"format": "canonical", "queue": other_queue.pk})
+        assert refused.status_code == 400
+    else:
+        assert foreign.pk in ids
+        assert [r["decision_id"] for r in by_stranger] == [foreign.pk]
