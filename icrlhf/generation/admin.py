@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.queues.admin_scope import QueueScopedAdmin
 
 
 class CandidateInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -12,7 +13,8 @@ class CandidateInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Generation)
-class GenerationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class GenerationAdmin(QueueScopedAdmin):
+    queue_lookup = "item__queue"
     list_display = ["pk", "item", "status", "model", "n_candidates", "created_at", "finished_at"]
     list_filter = ["status", "model"]
     inlines = [CandidateInline]

@@ -7,10 +7,11 @@ from django.utils import timezone
 
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.ingest.services import token_create
+from icrlhf.queues.admin_scope import QueueScopedAdmin
 
 
 @admin.register(IntegrationToken)
-class IntegrationTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class IntegrationTokenAdmin(QueueScopedAdmin):
     list_display = ["name", "queue", "prefix", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["queue"]
     fields = ["queue", "name", "prefix", "created_at", "last_used_at", "revoked_at"]

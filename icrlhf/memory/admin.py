@@ -16,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 
 from icrlhf.memory import curation
 from icrlhf.memory.models import CurationEvent, Example
+from icrlhf.queues.admin_scope import QueueScopedAdmin
 
 
 def _actor(request: HttpRequest) -> User:
@@ -57,7 +58,7 @@ class WeightActionForm(ActionForm):
 
 
 @admin.register(Example)
-class ExampleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ExampleAdmin(QueueScopedAdmin):
     list_display = [
         "short_input",
         "queue",
@@ -243,7 +244,7 @@ class ExampleAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(CurationEvent)
-class CurationEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class CurationEventAdmin(QueueScopedAdmin):
     """The audit log: read-only."""
 
     list_display = ["created_at", "actor", "action", "example_id", "queue", "detail"]

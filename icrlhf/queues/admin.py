@@ -3,11 +3,13 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from icrlhf.queues.admin_scope import QueueScopedAdmin
 from icrlhf.queues.models import Item, Queue
 
 
 @admin.register(Queue)
-class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class QueueAdmin(QueueScopedAdmin):
+    queue_lookup = "pk"
     list_display = ["name", "slug", "kind", "n_candidates", "k_examples", "model"]
     prepopulated_fields = {"slug": ["name"]}
     search_fields = ["name", "slug"]
@@ -22,7 +24,7 @@ class QueueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(Item)
-class ItemAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ItemAdmin(QueueScopedAdmin):
     list_display = ["pk", "queue", "status", "source", "created_at"]
     list_filter = ["queue", "status", "source"]
     search_fields = ["input_text", "external_id"]

@@ -1,12 +1,14 @@
 from django.contrib import admin
 
+from icrlhf.queues.admin_scope import QueueScopedAdmin
 from icrlhf.review.models import Decision
 
 
 @admin.register(Decision)
-class DecisionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class DecisionAdmin(QueueScopedAdmin):
     """Read-only: decisions are append-only."""
 
+    queue_lookup = "item__queue"
     list_display = ["pk", "item", "verdict", "reviewer", "created_at"]
     list_filter = ["verdict", "item__queue"]
     readonly_fields = [field.name for field in Decision._meta.fields]

@@ -213,6 +213,7 @@ def test_memory_check_catches_drift_and_reindex_repairs_it_with_the_same_ids(
 def test_curators_curate_in_the_admin_and_reviewers_cannot(queue: Any, user: Any) -> None:
     example = remember(queue, user, "My card has not arrived.", "It ships in 3 days.")
     curator = UserFactory(roles=["curator"], is_staff=True)
+    queue.members.add(curator)
     client = Client()
     client.force_login(curator)
     response = client.post(
@@ -227,3 +228,54 @@ def test_curators_curate_in_the_admin_and_reviewers_cannot(queue: Any, user: Any
     reviewer = Client()
     reviewer.force_login(user)
     assert reviewer.get("/admin/memory/example/").status_code == 302
+
+
+@pytest.mark.parametrize("role", ["curator", "superuser"])
+def test_the_admin_shows_and_changes_only_the_queues_a_curator_belongs_to(
+    queue: Any, user: Any, role: str
+) -> None:
+    """A curator of one queue cannot list, open, edit, pin, retire or delete another queue's
+    examples, see its audit log or its name in a filter; a superuser can."""
+    from tests.factories import QueueFactory
+
+    mine = remember(queue, user, "My card has not arrived.", "It ships in 3 days.")
+    other_queue = QueueFactory(name="Payroll")
+    other_queue.members.add(user)
+    theirs = remember(other_queue, user, "Salary question?", "Confidential answer.")
+    curation.examples_status_set(ids=[theirs.pk, mine.pk], status="pinned", actor=user)
+    staff = UserFactory(
+        roles=["curator"] if role == "curator" else [],
+        is_staff=True,
+        is_superuser=role == "superuser",
+    )
+    queue.members.add(staff)
+    client = Client()
+    client.force_login(staff)
+
+    listing = client.get("/admin/memory/example/").content.decode()
+    searched = client.get("/admin/memory/example/?q=Confidential").content.decode()
+    change_page = client.get(f"/admin/memory/example/{theirs.pk}/change/", follow=True)
+    edit = client.post(
+        f"/admin/memory/example/{theirs.pk}/change/",
+        {"output_text": "Injected instructions", "weight": "1", "status": "pinned"},
+    )
+    for action in ("retire", "delete_selected_examples"):
+        client.post(
+            "/admin/memory/example/",
+            {"action": action, "_selected_action": [str(theirs.pk)], "weight": "", "post": "yes"},
+        )
+    events = client.get("/admin/memory/curationevent/").content.decode()
+
+    if role == "superuser":
+        assert "Payroll" in listing and str(theirs.pk) in listing and str(theirs.pk) in searched
+        assert not Example.objects.filter(pk=theirs.pk).exists()  # the superuser deleted it
+        return
+    assert "Payroll" not in listing and str(theirs.pk) not in listing  # nor in the filter
+    assert str(mine.pk) in listing  # their own queue is there
+    assert str(theirs.pk) not in searched
+    assert "doesn’t exist" in change_page.content.decode() or change_page.status_code == 404
+    assert edit.status_code in {302, 404}
+    after = Example.objects.get(pk=theirs.pk)
+    assert (after.output_text, after.status) == ("Confidential answer.", "pinned")
+    assert "Payroll" not in events
+    assert CurationEvent.objects.filter(queue=other_queue, actor=staff).count() == 0
