@@ -16,6 +16,11 @@ def client_ip(request: HttpRequest) -> str:
     return str(request.META.get("REMOTE_ADDR") or "unknown")
 
 
+def seconds_left_in_window() -> int:
+    """For Retry-After: when the current minute's counters start again."""
+    return WINDOW_S - int(time.time()) % WINDOW_S
+
+
 def attempt_allowed(scope: str, ident: str, *, per_minute: int) -> bool:
     """Counts one attempt for (scope, ident); False once `per_minute` were made this minute."""
     key = f"ratelimit:{scope}:{ident}:{int(time.time() // WINDOW_S)}"

@@ -219,3 +219,23 @@ def test_with_the_cache_down_logins_and_api_calls_still_work(
     assert login.status_code == 302
     api = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}").get("/api/v1/tickets/999999")
     assert api.status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_per_token_limit_holds_for_calls_in_parallel(settings: Any, api_token: str) -> None:
+    """32 calls in flight at a time: exactly the limit is served, every other call is told
+    when to retry."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    settings.API_REQUESTS_PER_MINUTE = 20
+
+    def call(_: int) -> Any:
+        return Client(HTTP_AUTHORIZATION=f"Bearer {api_token}").get("/api/v1/tickets/999999")
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        responses = list(pool.map(call, range(200)))
+    statuses = [response.status_code for response in responses]
+    assert statuses.count(404) == 20 and statuses.count(429) == 180
+    refused = next(response for response in responses if response.status_code == 429)
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    assert "retry in" in refused.json()["detail"]
