@@ -31,11 +31,16 @@ def wait_for(check: Callable[[], Any], *, timeout_s: float = 30, what: str = "co
 
 
 @pytest.fixture(autouse=True)
-def _fresh_rate_limits() -> None:
-    """Each test starts with no login or API attempts counted (the cache is per process)."""
+def _fresh_rate_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no login or API attempts counted (the cache is per process),
+    in one fixed one-minute window (30 s into it), so counts never reset mid-test."""
     from django.core.cache import cache
 
+    from icrlhf.accounts import ratelimit
+
     cache.clear()
+    pinned = (time.time() // ratelimit.WINDOW_S) * ratelimit.WINDOW_S + 30
+    monkeypatch.setattr(ratelimit, "clock", lambda: pinned)
 
 
 @pytest.fixture

@@ -1,3 +1,5 @@
+import unicodedata
+
 from django.conf import settings
 from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
@@ -11,7 +13,7 @@ class RateLimitedLoginView(LoginView):
 
     def post(self, request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
         limit = settings.LOGIN_ATTEMPTS_PER_MINUTE
-        username = str(request.POST.get("username", ""))[:150].lower()
+        username = login_limit_key(str(request.POST.get("username", "")))
         by_address = attempt_allowed("login-ip", client_ip(request), per_minute=limit)
         by_user = attempt_allowed("login-user", username, per_minute=limit)
         if not (by_address and by_user):
@@ -19,3 +21,10 @@ class RateLimitedLoginView(LoginView):
             response["Retry-After"] = "60"
             return response
         return super().post(request, *args, **kwargs)
+
+
+def login_limit_key(username: str) -> str:
+    """The name the attempt is counted under: what Django's login form makes of it (stripped,
+    NFKC-normalised, so " name", "name\t" and full-width "ｎａｍｅ" are one person), and
+    case-folded, so changing case does not buy more guesses either."""
+    return unicodedata.normalize("NFKC", username.strip()).casefold()[:150]

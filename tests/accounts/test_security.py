@@ -239,3 +239,18 @@ def test_the_per_token_limit_holds_for_calls_in_parallel(settings: Any, api_toke
     refused = next(response for response in responses if response.status_code == 429)
     assert 1 <= int(refused["Retry-After"]) <= 60
     assert "retry in" in refused.json()["detail"]
+
+
+@pytest.mark.parametrize("spelling", [" sec_user", "sec_user\t", "ｓｅｃ_user", "SEC_user"])
+def test_the_login_limit_counts_every_spelling_django_reads_as_the_same_name(
+    settings: Any, spelling: str
+) -> None:
+    settings.LOGIN_ATTEMPTS_PER_MINUTE = 3
+    UserFactory(username="sec_user")
+    for number in range(3):
+        guesser = Client(REMOTE_ADDR=f"10.0.1.{number}")  # a new address each time
+        guesser.post("/accounts/login/", {"username": "sec_user", "password": "guess"})
+    client = Client(REMOTE_ADDR="10.0.2.1")
+    response = client.post("/accounts/login/", {"username": spelling, "password": "pass-for-tests"})
+    assert response.status_code == 429
+    assert "_auth_user_id" not in client.session
