@@ -98,17 +98,34 @@ def _out(item: Item, *, created: bool) -> TicketOut:
     )
 
 
+def _not_json(request: HttpRequest) -> Status[object] | None:
+    """A body is read as JSON only when it says it is JSON (a text/plain body from a form
+    on another site must not create tickets)."""
+    if request.content_type == "application/json":
+        return None
+    return Status(
+        415,
+        {
+            "detail": "Send the body as JSON with Content-Type: application/json; nothing "
+            f"was saved (got {request.content_type or 'no content type'}).",
+            "errors": [],
+        },
+    )
+
+
 def _create(token: IntegrationToken, ticket: TicketIn) -> tuple[Item, bool]:
     return ticket_create(queue=token.queue, source=Item.Source.API, **ticket.dict())
 
 
 @api.post(
     "/tickets",
-    response={201: TicketOut, 200: TicketOut, 422: ErrorOut},
+    response={201: TicketOut, 200: TicketOut, 415: ErrorOut, 422: ErrorOut},
     summary="Create a ticket (idempotent on external_id)",
 )
 def ticket_post(request: HttpRequest, payload: TicketIn) -> Status[object]:
     token: IntegrationToken = request.auth  # type: ignore[attr-defined]
+    if (wrong_type := _not_json(request)) is not None:
+        return wrong_type
     try:
         item, created = _create(token, payload)
     except DjangoValidationError as error:
@@ -118,11 +135,13 @@ def ticket_post(request: HttpRequest, payload: TicketIn) -> Status[object]:
 
 @api.post(
     "/tickets/batch",
-    response={201: list[TicketOut], 422: ErrorOut},
+    response={201: list[TicketOut], 415: ErrorOut, 422: ErrorOut},
     summary="Create up to 100 tickets: all or none",
 )
 def tickets_batch(request: HttpRequest, payload: BatchIn) -> Status[object]:
     token: IntegrationToken = request.auth  # type: ignore[attr-defined]
+    if (wrong_type := _not_json(request)) is not None:
+        return wrong_type
     results: list[TicketOut] = []
     try:
         with transaction.atomic():

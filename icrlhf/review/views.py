@@ -145,13 +145,25 @@ def claim_renew(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     return render(request, "review/_claim.html", {"expires_at": expires_at, "item": item})
 
 
+def _form_problem(form: DecisionForm) -> str:
+    """The real reason a decision was refused, in a sentence."""
+    if "choice" in form.errors:
+        return "Choose a candidate or “none acceptable”; nothing was saved."
+    labels = {"comment": "Comment", "shown_at_ms": "Time shown"}
+    reasons = " ".join(
+        f"{labels.get(name, name)}: {' '.join(str(error) for error in errors)}"
+        for name, errors in form.errors.items()
+    )
+    return f"{reasons} Nothing was saved."
+
+
 @require_POST
 def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     item = _item_for(request, item_id)
     review_check(request.user, item.queue)
     form = DecisionForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Choose a candidate or “none acceptable”; nothing was saved.")
+        messages.error(request, _form_problem(form))
         return redirect("review:item", item_id=item.pk)
     data = form.cleaned_data
     verdict, candidate_id = data["verdict"], data["candidate_id"]

@@ -40,6 +40,10 @@ def ticket_create(
 
     Returns the ticket and whether it was created (False: one with this external id exists).
     """
+    if queue.kind != Queue.Kind.TRIAGE:
+        raise ValidationError(
+            f"“{queue.name}” is not a triage queue: tickets go to triage queues only."
+        )
     if external_id:
         existing = Item.objects.filter(queue=queue, external_id=external_id).first()
         if existing is not None:

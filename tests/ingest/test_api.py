@@ -136,3 +136,30 @@ def test_the_api_docs_are_for_logged_in_people(client: Client, logged_in: Client
     schema = logged_in.get("/api/v1/openapi.json").json()
     assert "/api/v1/tickets" in schema["paths"]
     assert "cdn" not in docs.content.decode().lower()
+
+
+def test_a_general_queue_s_token_cannot_create_tickets(client: Client, db: None) -> None:
+    from icrlhf.ingest.services import token_create
+
+    general = QueueFactory(name="Writing help")
+    token = token_create(queue=general, name="tests")[1]
+    response = post(client, "/api/v1/tickets", TICKET, token)
+    assert response.status_code == 422
+    assert "not a triage queue" in response.json()["detail"]
+    assert not Item.objects.exists()
+
+
+@pytest.mark.parametrize("path", ["/api/v1/tickets", "/api/v1/tickets/batch"])
+def test_json_sent_as_plain_text_is_refused(client: Client, api_token: str, path: str) -> None:
+    import json
+
+    body = {"tickets": [TICKET]} if path.endswith("batch") else TICKET
+    response = client.post(
+        path,
+        json.dumps(body),
+        content_type="text/plain",
+        HTTP_AUTHORIZATION=f"Bearer {api_token}",
+    )
+    assert response.status_code == 415
+    assert "Content-Type: application/json" in response.json()["detail"]
+    assert not Item.objects.exists()

@@ -280,3 +280,25 @@ def test_an_open_page_renews_its_claim_and_says_when_it_was_lost(
     services.claim_next(queue=queue, reviewer=UserFactory())  # someone else takes it
     lost = logged_in.post(f"/items/{item.pk}/claim/", HTTP_HX_REQUEST="true")
     assert "Your hold on this item has lapsed" in lost.content.decode()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [("comment", "x" * 5001, "Comment: "), ("shown_at_ms", "-5", "Time shown: ")],
+)
+def test_a_refused_decision_says_the_real_reason(
+    logged_in: Client, queue: Any, field: str, value: str, reason: str
+) -> None:
+    from icrlhf.review.models import Decision
+    from tests.factories import ItemFactory, ready_generation
+
+    item = ItemFactory(queue=queue)
+    candidate = ready_generation(item, texts=["one", "two"]).candidates.first()
+    logged_in.get(f"/items/{item.pk}/")  # claims it
+    response = logged_in.post(
+        f"/items/{item.pk}/decide/", {"choice": f"c{candidate.pk}", field: value}, follow=True
+    )
+    page = response.content.decode()
+    assert reason in page and "Nothing was saved." in page
+    assert "Choose a candidate" not in page
+    assert not Decision.objects.exists()
