@@ -1,4 +1,5 @@
 from django import forms
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
@@ -29,16 +30,22 @@ def queue_detail(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         review_check(request.user, queue)
     if request.method == "POST" and form.is_valid():
-        if triage:
-            item, _created = ticket_create(queue=queue, source=Item.Source.UI, **form.cleaned_data)
+        try:
+            if triage:
+                item, _created = ticket_create(
+                    queue=queue, source=Item.Source.UI, **form.cleaned_data
+                )
+            else:
+                item = item_create(
+                    queue=queue,
+                    input_text=form.cleaned_data["input_text"],
+                    n_candidates=form.cleaned_data["n_candidates"],
+                    created_by=request.user,  # type: ignore[arg-type]
+                )
+        except ValidationError as error:  # what the services refuse (e.g. a too long input)
+            form.add_error(None, error)
         else:
-            item = item_create(
-                queue=queue,
-                input_text=form.cleaned_data["input_text"],
-                n_candidates=form.cleaned_data["n_candidates"],
-                created_by=request.user,  # type: ignore[arg-type]
-            )
-        return redirect("review:item", item_id=item.pk)
+            return redirect("review:item", item_id=item.pk)
     status = 400 if form.errors else 200
     context = {
         "queue": queue,

@@ -100,3 +100,19 @@ def test_llm_output_is_escaped(logged_in: Client, queue: Any) -> None:
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<img src=x" not in page and "<b>hi</b>" not in page
+
+
+def test_a_ticket_too_long_as_a_whole_is_refused_on_the_form_not_a_server_error(
+    logged_in: Client, triage_queue: Any
+) -> None:
+    from django.conf import settings
+
+    from icrlhf.queues.models import Item
+
+    response = logged_in.post(
+        f"/q/{triage_queue.slug}/",
+        {"subject": "s" * 500, "body": "b" * settings.ITEM_INPUT_MAX_CHARS, "priority": "normal"},
+    )
+    assert response.status_code == 400
+    assert "the limit is 20,000. Shorten it and try again." in response.content.decode()
+    assert not Item.objects.exists()
