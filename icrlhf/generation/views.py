@@ -4,10 +4,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
-from icrlhf.generation import services
 from icrlhf.generation.models import Candidate
 from icrlhf.queues.access import queue_for_member, review_check
 from icrlhf.queues.models import Item
+from icrlhf.review import services
 
 
 @require_POST
@@ -18,7 +18,12 @@ def candidate_retry(request: HttpRequest, candidate_id: int) -> HttpResponse:
     item = candidate.generation.item
     review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
     try:
-        services.candidate_retry(candidate_id=candidate.pk)
+        services.candidate_retry(
+            candidate_id=candidate.pk,
+            reviewer=request.user,  # type: ignore[arg-type]  # login is required
+        )
+    except services.DecisionConflict as error:
+        messages.error(request, str(error))
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     else:
@@ -31,7 +36,12 @@ def item_regenerate(request: HttpRequest, item_id: int) -> HttpResponse:
     item = get_object_or_404(Item, pk=item_id)
     review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
     try:
-        services.generation_regenerate(item_id=item.pk)
+        services.item_regenerate(
+            item_id=item.pk,
+            reviewer=request.user,  # type: ignore[arg-type]  # login is required
+        )
+    except services.DecisionConflict as error:
+        messages.error(request, str(error))
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     else:

@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
+from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory import services as memory_services
 from icrlhf.memory.curation import examples_usage_record
@@ -121,6 +122,38 @@ def claim_release(*, item_id: int, reviewer: User, skipped: bool = False) -> Non
         )
     else:
         Claim.objects.filter(item_id=item_id, reviewer=reviewer).update(expires_at=now)
+
+
+def _held_by_another(item: Item, reviewer: User, now: datetime) -> User | None:
+    """Whoever else holds a live claim on the item, unless this reviewer holds one too."""
+    claims = item.claims.filter(expires_at__gt=now).select_related("reviewer")
+    if any(claim.reviewer_id == reviewer.pk for claim in claims):
+        return None
+    return next((claim.reviewer for claim in claims), None)
+
+
+def _refuse_if_held(item: Item, reviewer: User, action: str) -> None:
+    holder = _held_by_another(item, reviewer, timezone.now())
+    if holder is not None:
+        raise DecisionConflict(
+            f"{holder.get_username()} is working on this item, so it cannot be {action} now."
+        )
+
+
+@transaction.atomic
+def item_regenerate(*, item_id: int, reviewer: User) -> Generation:
+    """A fresh set of candidates, unless another reviewer holds the item: their choice or
+    edit would otherwise be refused for candidates replaced under them."""
+    _refuse_if_held(_lock_item(item_id), reviewer, "regenerated")
+    return generation_services.generation_regenerate(item_id=item_id)
+
+
+@transaction.atomic
+def candidate_retry(*, candidate_id: int, reviewer: User) -> None:
+    """Try a failed candidate again, under the same claim rule as regenerating."""
+    item_id = Candidate.objects.values_list("generation__item_id", flat=True).get(pk=candidate_id)
+    _refuse_if_held(_lock_item(item_id), reviewer, "retried")
+    generation_services.candidate_retry(candidate_id=candidate_id)
 
 
 @transaction.atomic

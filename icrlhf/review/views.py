@@ -104,9 +104,11 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         and my_claim is not None
         and generation is not None
         and generation.is_finished,
+        # Regenerating or retrying follows the claim: not while someone else holds the item.
         "can_regenerate": reviewer
         and item.status in {Item.Status.READY, Item.Status.FAILED}
-        and not decisions,
+        and not decisions
+        and (my_claim is not None or len(claims) == 0),
         "shown_at_ms": int(time.time() * 1000),
         "undo": _undo_offer(request),
         "claim_renew_ms": max(5, settings.REVIEW_CLAIM_TTL_S // 3) * 1000,

@@ -181,6 +181,39 @@ def test_an_undecided_item_can_be_regenerated(
         generation_services.generation_regenerate(item_id=decided.pk)
 
 
+def test_regenerate_and_retry_follow_the_claim(
+    queue: Any, user: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """Another reviewer cannot replace or retry the candidates of an item someone holds:
+    the holder's choice would then be refused. The holder can, and so can anyone once the
+    claim has run out."""
+    item = ready_item(queue, ("fine", "broken"))
+    broken = Candidate.objects.get(text="broken")
+    Candidate.objects.filter(pk=broken.pk).update(status="failed", error="rate limit")
+    holder = UserFactory(username="holder")
+    queue.members.add(holder)
+    assert services.claim_take(item_id=item.pk, reviewer=holder) is not None
+    other = Client()
+    other.force_login(user)
+
+    page = other.get(f"/items/{item.pk}/").content.decode()
+    assert "Regenerate" not in page and "Retry candidate" not in page
+    refused = other.post(f"/items/{item.pk}/regenerate/", follow=True).content.decode()
+    assert "holder is working on this item, so it cannot be regenerated now." in refused
+    refused = other.post(f"/candidates/{broken.pk}/retry/", follow=True).content.decode()
+    assert "holder is working on this item, so it cannot be retried now." in refused
+    broken.refresh_from_db()
+    assert (item.generations.count(), broken.status) == (1, "failed")
+
+    with django_capture_on_commit_callbacks(execute=False):
+        services.candidate_retry(candidate_id=broken.pk, reviewer=holder)
+        Candidate.objects.filter(pk=broken.pk).update(status="done", text="mended")
+        Generation.objects.update(status=Generation.Status.DONE)
+        Claim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+        services.item_regenerate(item_id=item.pk, reviewer=user)
+    assert item.generations.count() == 2
+
+
 @pytest.mark.parametrize("url", ["/q/{slug}/", "/q/{slug}/review/", "/items/{item}/"])
 def test_a_non_member_cannot_see_a_queue_or_its_items(url: str, user: Any) -> None:
     queue = QueueFactory()  # user is not a member
