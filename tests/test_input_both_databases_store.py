@@ -3,16 +3,18 @@
 A NUL character (0x00) in text is refused with a clear message on every path that takes text,
 and nothing is saved; a time with an offset beyond ±15:59 is taken as the same instant in UTC."""
 
+import json
 from typing import Any
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from icrlhf.ingest.importing import tickets_import
 from icrlhf.integrations import llm
 from icrlhf.queues.models import Item
 from icrlhf.review.models import Decision
-from tests.factories import ItemFactory, ready_generation
+from tests.factories import ItemFactory, UserFactory, ready_generation
 
 pytestmark = pytest.mark.django_db
 
@@ -125,3 +127,28 @@ def test_a_time_beyond_the_calendar_in_utc_is_refused_or_bounded_not_a_server_er
             HTTP_AUTHORIZATION=f"Bearer {api_token}",
         )
         assert export.status_code == 200
+
+
+def test_an_import_with_times_beyond_the_calendar_and_overlong_tickets_reports_each_row(
+    client: Client, triage_queue: Any
+) -> None:
+    """The rows around the bad ones are imported; each bad one is listed; no server error."""
+    curator = UserFactory(roles=["curator"])
+    triage_queue.members.add(curator)
+    client.force_login(curator)
+    rows = [
+        {"subject": "first", "body": "fine"},
+        {"subject": "early", "body": "x", "sla_due_at": "0001-01-01T00:00:00+14:00"},
+        {"subject": "late", "body": "x", "sla_due_at": "9999-12-31T23:59:59-12:00"},
+        {"subject": "s" * 500, "body": "b" * 20_000},
+        {"subject": "s" * 501, "body": "b"},
+        {"subject": "last", "body": "fine"},
+    ]
+    data = "\n".join(json.dumps(row) for row in rows).encode()
+    upload = SimpleUploadedFile("t.jsonl", data, content_type="application/x-ndjson")
+    response = client.post(f"/q/{triage_queue.slug}/import/", {"file": upload})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "<strong>2</strong> imported" in page and "<strong>4</strong> refused" in page
+    assert page.count("is out of range") == 2
+    assert sorted(Item.objects.values_list("subject", flat=True)) == ["first", "last"]
