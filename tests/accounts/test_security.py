@@ -8,9 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.apps import apps
+from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
+from icrlhf.generation.models import Generation
+from icrlhf.ingest.services import token_create
+from icrlhf.memory.models import CurationEvent, Example
+from icrlhf.queues.models import Queue
 from icrlhf.review.models import Decision
 from icrlhf.review.services import decision_record
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
@@ -117,6 +123,81 @@ def test_a_user_outside_the_queue_reaches_none_of_its_objects(
                 assert Decision.objects.get(pk=world["decision_id"]).superseded_at is None
             else:
                 assert response.status_code in {403, 404, 405}, where
+
+
+def admin_objects(world: dict[str, str]) -> dict[str, str]:
+    """The admin's per-queue models (admin/<app>/<model>/), each with one object of the
+    world's queue."""
+    item_id = int(world["item_id"])
+    queue = Queue.objects.get(slug=world["slug"])
+    token, _secret = token_create(queue=queue, name="helpdesk")
+    example = Example.objects.filter(decision__item_id=item_id).first()
+    assert example is not None
+    event = CurationEvent.objects.create(action="pin", example_id=example.pk, queue=queue)
+    return {
+        "queues/queue": str(queue.pk),
+        "queues/item": world["item_id"],
+        "generation/generation": str(Generation.objects.get(item_id=item_id).pk),
+        "review/decision": world["decision_id"],
+        "memory/example": str(example.pk),
+        "memory/curationevent": str(event.pk),
+        "ingest/integrationtoken": str(token.pk),
+    }
+
+
+@pytest.mark.parametrize("role", ["reviewer", "curator", "staff with every permission", "admin"])
+def test_the_admin_per_object_pages_open_only_for_the_queues_a_user_belongs_to(
+    world: dict[str, str], role: str
+) -> None:
+    """Every per-object admin route (change, history, delete, and any a model adds) of every
+    per-queue model, read and written, by staff who belong to another queue: none opens,
+    none changes anything. Only an admin (superuser) opens them all."""
+    objects = admin_objects(world)
+    staff = UserFactory(
+        roles={"reviewer": ["reviewer"], "admin": []}.get(role, ["curator"]),
+        is_staff=role != "reviewer",
+        is_superuser=role == "admin",
+    )
+    if role == "staff with every permission":
+        staff.user_permissions.add(*Permission.objects.all())
+    QueueFactory().members.add(staff)  # a member of another queue only
+    client = Client()
+    client.force_login(staff)
+    per_object = sorted(r for r in set(routes()) if "<path:object_id>" in r and r.count("/") > 3)
+    covered = {route.split("/")[1] + "/" + route.split("/")[2] for route in per_object}
+    assert set(objects) <= covered  # a new admin model must be added to admin_objects
+    before = {model: _snapshot(model, pk) for model, pk in objects.items()}
+    for route in per_object:
+        model = route.split("/")[1] + "/" + route.split("/")[2]
+        if model not in objects:
+            continue  # accounts: people, not queue data (admins only, by permission)
+        url = concrete(route, {"object_id": objects[model]})
+        if role == "admin":  # reads only: a delete confirmed here would empty the world
+            opened = client.get(url, follow=True)
+            # The audit log and decisions are deleted by no one, not even an admin.
+            assert opened.status_code in ({200, 403} if url.endswith("delete/") else {200}), url
+            assert opened.request["PATH_INFO"] != "/admin/", url  # not "no such object"
+            continue
+        for method in ("get", "post"):
+            response = getattr(client, method)(url, {"post": "yes"} if method == "post" else {})
+            where = f"{role}: {method.upper()} {url}"
+            assert response.status_code in {302, 403, 404}, where
+            if response.status_code == 302:
+                # Sent away: to the admin's index ("does not exist"), to log in, or from
+                # the bare object URL on to its change page (itself refused, above or below).
+                change_page = f"/admin/{model}/{objects[model]}/change/"
+                assert response["Location"].split("?")[0] in {
+                    "/admin/",
+                    change_page,
+                    *LOGIN_PAGES,
+                }, where
+    assert {model: _snapshot(model, pk) for model, pk in objects.items()} == before
+
+
+def _snapshot(model: str, pk: str) -> object:
+    app_label, model_name = model.split("/")
+    model_class = apps.get_model(app_label, model_name)
+    return list(model_class.objects.filter(pk=pk).values())
 
 
 def test_curator_pages_refuse_a_plain_reviewer(logged_in: Client) -> None:
