@@ -2,6 +2,7 @@
 
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -173,6 +174,10 @@ LOGIN_REDIRECT_URL = "queues:list"
 LOGIN_ATTEMPTS_PER_MINUTE = env_int("LOGIN_ATTEMPTS_PER_MINUTE", 10)
 # API calls per minute per token (and failed authentications per client address).
 API_REQUESTS_PER_MINUTE = env_int("API_REQUESTS_PER_MINUTE", 600)
+# Items a person may create per minute through the queue page, and tickets a token may
+# create per minute through the API (a batch counts each of its tickets).
+ITEMS_PER_MINUTE_PER_USER = env_int("ITEMS_PER_MINUTE_PER_USER", 30)
+TICKETS_PER_MINUTE_PER_TOKEN = env_int("TICKETS_PER_MINUTE_PER_TOKEN", 600)
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
@@ -244,8 +249,12 @@ GENERATION_LOST_AFTER_S = env_int("GENERATION_LOST_AFTER_S", 120)
 # acks_late redelivers a task whose worker died only after the visibility timeout: it must
 # exceed the longest a task can legitimately run (one LLM call and its backoff), or Redis
 # would hand a still-running call to a second worker.
-CELERY_BROKER_TRANSPORT_OPTIONS = {
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     "visibility_timeout": env_int("BROKER_VISIBILITY_TIMEOUT_S", 3600),
+    # Ten priority lists (0 is served first) for fairness across queues: see
+    # generation.services.fair_priority.
+    "priority_steps": list(range(10)),
+    "queue_order_strategy": "priority",
 }
 if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= LLM_TIMEOUT_S * 2:
     raise ImproperlyConfigured(

@@ -23,16 +23,20 @@ def seconds_left_in_window() -> int:
     return WINDOW_S - int(clock()) % WINDOW_S
 
 
-def attempt_allowed(scope: str, ident: str, *, per_minute: int) -> bool:
-    """Counts one attempt for (scope, ident); False once `per_minute` were made this minute."""
+def attempt_allowed(scope: str, ident: str, *, per_minute: int, cost: int = 1) -> bool:
+    """Counts `cost` attempts for (scope, ident); False once more than `per_minute` would
+    have been made this minute. A refused attempt of several (a batch) is not counted, so
+    a smaller one may still fit."""
     key = f"ratelimit:{scope}:{ident}:{int(clock() // WINDOW_S)}"
     try:
         cache.add(key, 0, timeout=WINDOW_S + 1)
         try:
-            count = cache.incr(key)
+            count = cache.incr(key, cost)
         except ValueError:  # evicted between add and incr
-            cache.set(key, 1, timeout=WINDOW_S + 1)
-            count = 1
+            cache.set(key, cost, timeout=WINDOW_S + 1)
+            count = cost
+        if count > per_minute and cost > 1:
+            cache.decr(key, cost)
     except Exception:  # the cache's server is down: let people in rather than lock all out
         logger.warning("Rate limiting skipped: the cache is unavailable", exc_info=True)
         return True

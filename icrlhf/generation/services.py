@@ -31,6 +31,25 @@ _PREPARE_LEASE = timedelta(minutes=5)
 MEMORY_NEIGHBOURS = 20
 
 
+# Broker priorities 0 (served first) to 9: CELERY_BROKER_TRANSPORT_OPTIONS["priority_steps"].
+_LOWEST_PRIORITY = 9
+_UNFINISHED = (Generation.Status.PENDING, Generation.Status.PREPARING, Generation.Status.RUNNING)
+
+
+def fair_priority(*, generation_id: int, queue_id: int) -> int:
+    """The broker priority of a generation's tasks: how many of its own queue's unfinished
+    generations are in line before it (0, 1, 2–3, 4–7, … 256 and more → 9).
+
+    One worker queue is first come, first served: a flood in one queue would make every
+    other queue wait behind all of it. Ranked this way, the next item of a queue with nothing
+    waiting goes ahead of the flood's backlog, and floods in two queues are served in turn.
+    """
+    ahead = Generation.objects.filter(
+        item__queue_id=queue_id, status__in=_UNFINISHED, pk__lt=generation_id
+    ).count()
+    return min(_LOWEST_PRIORITY, ahead.bit_length())
+
+
 def _candidate_lease() -> timedelta:
     return timedelta(seconds=settings.LLM_TIMEOUT_S + 30)
 
@@ -51,14 +70,18 @@ def generation_start(*, item: Item, n_candidates: int) -> Generation:
         Candidate(generation=generation, position=position) for position in positions
     )
     # robust: with the broker down the item is still saved; the sweeper enqueues it later.
-    transaction.on_commit(lambda: tasks.generation_prepare.delay(generation.pk), robust=True)
+    priority = fair_priority(generation_id=generation.pk, queue_id=queue.pk)
+    transaction.on_commit(
+        lambda: tasks.generation_prepare.apply_async((generation.pk,), priority=priority),
+        robust=True,
+    )
     return generation
 
 
 @transaction.atomic
 def candidate_retry(*, candidate_id: int) -> None:
     """Try a failed candidate again; its item shows it when it arrives."""
-    candidate = Candidate.objects.select_related("generation").get(pk=candidate_id)
+    candidate = Candidate.objects.select_related("generation__item").get(pk=candidate_id)
     retried = Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.FAILED).update(
         status=Candidate.Status.PENDING, error="", attempts=0, finished_at=None
     )
@@ -70,7 +93,13 @@ def candidate_retry(*, candidate_id: int) -> None:
     Item.objects.filter(pk=candidate.generation.item_id, status=Item.Status.FAILED).update(
         status=Item.Status.GENERATING
     )
-    transaction.on_commit(lambda: tasks.candidate_generate.delay(candidate_id), robust=True)
+    priority = fair_priority(
+        generation_id=candidate.generation_id, queue_id=candidate.generation.item.queue_id
+    )
+    transaction.on_commit(
+        lambda: tasks.candidate_generate.apply_async((candidate_id,), priority=priority),
+        robust=True,
+    )
 
 
 @transaction.atomic
@@ -152,8 +181,13 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             pending=pending, neighbours=recall.neighbours, queue=queue
         )
         candidate_ids = [c.pk for c in pending[answered:]]
+        priority = fair_priority(generation_id=generation_id, queue_id=queue.pk)
         transaction.on_commit(
-            lambda: [tasks.candidate_generate.delay(pk) for pk in candidate_ids], robust=True
+            lambda: [
+                tasks.candidate_generate.apply_async((pk,), priority=priority)
+                for pk in candidate_ids
+            ],
+            robust=True,
         )
     if not candidate_ids:
         generation_finish_if_complete(generation_id=generation_id)

@@ -60,7 +60,7 @@ def candidate_generate(candidate_id: int) -> None:
     services.candidate_generate(candidate_id=candidate_id)
 
 
-def _broker_backlog() -> int:
+def broker_backlog() -> int:
     """Messages waiting in the broker queue the worker consumes."""
     with current_app.connection_for_read() as connection:
         try:
@@ -75,7 +75,9 @@ def _broker_backlog() -> int:
 @shared_task(name="generation.sweep")
 def generations_sweep() -> None:
     """Periodic: re-enqueue generation work a dead worker or a lost message left behind."""
-    sweep = services.generations_sweep(broker_idle=_broker_backlog() == 0)
+    sweep = services.generations_sweep(broker_idle=broker_backlog() == 0)
+    # At the default priority, 0, served first: this work is overdue, and there is little of
+    # it (the broker was idle, or a worker died holding it).
     for generation_id in sweep.prepare:
         generation_prepare.delay(generation_id)
     for candidate_id in sweep.generate:

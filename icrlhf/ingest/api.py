@@ -39,6 +39,20 @@ class TokenAuth(HttpBearer):
         return record
 
 
+class TicketLimitReached(Exception):
+    def __init__(self, limit: int, wait: int) -> None:
+        super().__init__(f"This token may create {limit:,} tickets a minute; retry in {wait} s.")
+        self.wait = wait
+
+
+def _creation_check(token: IntegrationToken, count: int) -> None:
+    """The token's ticket limit (a batch counts each ticket): one integration's flood is
+    refused with a clear 429, whole batches only, so nothing is half saved."""
+    limit = settings.TICKETS_PER_MINUTE_PER_TOKEN
+    if not attempt_allowed("api-token-tickets", str(token.pk), per_minute=limit, cost=count):
+        raise TicketLimitReached(limit, seconds_left_in_window())
+
+
 api = NinjaAPI(
     title="icrlhf API",
     version="1",
@@ -49,16 +63,23 @@ api = NinjaAPI(
 )
 
 
-@api.exception_handler(Throttled)
-def throttled(request: HttpRequest, error: Throttled) -> HttpResponse:
-    wait = error.wait or 60
+def _too_many(request: HttpRequest, detail: str, wait: int) -> HttpResponse:
     response = api.create_response(
-        request,
-        {"detail": f"Too many requests; retry in {wait} s. Nothing was saved.", "errors": []},
-        status=429,
+        request, {"detail": f"{detail} Nothing was saved.", "errors": []}, status=429
     )
     response["Retry-After"] = str(wait)
     return response
+
+
+@api.exception_handler(Throttled)
+def throttled(request: HttpRequest, error: Throttled) -> HttpResponse:
+    wait = error.wait or 60
+    return _too_many(request, f"Too many requests; retry in {wait} s.", wait)
+
+
+@api.exception_handler(TicketLimitReached)
+def ticket_limit_reached(request: HttpRequest, error: TicketLimitReached) -> HttpResponse:
+    return _too_many(request, str(error), error.wait)
 
 
 @api.exception_handler(NinjaValidationError)
@@ -119,13 +140,14 @@ def _create(token: IntegrationToken, ticket: TicketIn) -> tuple[Item, bool]:
 
 @api.post(
     "/tickets",
-    response={201: TicketOut, 200: TicketOut, 415: ErrorOut, 422: ErrorOut},
+    response={201: TicketOut, 200: TicketOut, 415: ErrorOut, 422: ErrorOut, 429: ErrorOut},
     summary="Create a ticket (idempotent on external_id)",
 )
 def ticket_post(request: HttpRequest, payload: TicketIn) -> Status[object]:
     token: IntegrationToken = request.auth  # type: ignore[attr-defined]
     if (wrong_type := _not_json(request)) is not None:
         return wrong_type
+    _creation_check(token, 1)
     try:
         item, created = _create(token, payload)
     except DjangoValidationError as error:
@@ -135,13 +157,14 @@ def ticket_post(request: HttpRequest, payload: TicketIn) -> Status[object]:
 
 @api.post(
     "/tickets/batch",
-    response={201: list[TicketOut], 415: ErrorOut, 422: ErrorOut},
+    response={201: list[TicketOut], 415: ErrorOut, 422: ErrorOut, 429: ErrorOut},
     summary="Create up to 100 tickets: all or none",
 )
 def tickets_batch(request: HttpRequest, payload: BatchIn) -> Status[object]:
     token: IntegrationToken = request.auth  # type: ignore[attr-defined]
     if (wrong_type := _not_json(request)) is not None:
         return wrong_type
+    _creation_check(token, len(payload.tickets))
     results: list[TicketOut] = []
     try:
         with transaction.atomic():

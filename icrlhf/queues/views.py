@@ -1,8 +1,10 @@
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from icrlhf.accounts.ratelimit import attempt_allowed, seconds_left_in_window
 from icrlhf.queues.access import (
     can_curate,
     can_review,
@@ -30,6 +32,17 @@ def queue_detail(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         review_check(request.user, queue)
     if request.method == "POST" and form.is_valid():
+        limit = settings.ITEMS_PER_MINUTE_PER_USER
+        if not attempt_allowed("item-create", str(request.user.pk), per_minute=limit):
+            wait = seconds_left_in_window()
+            form.add_error(
+                None,
+                f"You have created {limit} items this minute, the most one person may; "
+                f"try again in {wait} s. This one was not saved.",
+            )
+            response = _queue_page(request, queue, form, status=429)
+            response["Retry-After"] = str(wait)
+            return response
         try:
             if triage:
                 item, _created = ticket_create(
@@ -46,7 +59,12 @@ def queue_detail(request: HttpRequest, slug: str) -> HttpResponse:
             form.add_error(None, error)
         else:
             return redirect("review:item", item_id=item.pk)
-    status = 400 if form.errors else 200
+    return _queue_page(request, queue, form, status=400 if form.errors else 200)
+
+
+def _queue_page(
+    request: HttpRequest, queue: Queue, form: forms.Form, *, status: int
+) -> HttpResponse:
     context = {
         "queue": queue,
         "form": form,

@@ -265,6 +265,51 @@ def test_api_calls_are_limited_per_token(settings: Any, api_token: str) -> None:
     assert statuses == [404, 404, 404, 429]
 
 
+def test_items_created_through_the_queue_page_are_limited_per_person(
+    settings: Any, queue: Any, user: Any, logged_in: Client
+) -> None:
+    settings.ITEMS_PER_MINUTE_PER_USER = 2
+    posts = [
+        logged_in.post(f"/q/{queue.slug}/", {"input_text": f"Question {n}", "n_candidates": 2})
+        for n in range(3)
+    ]
+    assert [p.status_code for p in posts] == [302, 302, 429]
+    assert posts[2]["Retry-After"] == "30"
+    assert (
+        "You have created 2 items this minute, the most one person may; try again in 30 s. "
+        "This one was not saved." in posts[2].content.decode()
+    )
+    assert queue.items.count() == 2
+    colleague = UserFactory()
+    queue.members.add(colleague)
+    elsewhere = Client()
+    elsewhere.force_login(colleague)
+    fine = elsewhere.post(f"/q/{queue.slug}/", {"input_text": "Mine", "n_candidates": 2})
+    assert fine.status_code == 302  # one person's limit, not the queue's
+
+
+def test_tickets_created_through_the_api_are_limited_per_token_batches_whole(
+    settings: Any, api_token: str, triage_queue: Any
+) -> None:
+    settings.TICKETS_PER_MINUTE_PER_TOKEN = 3
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
+
+    def batch(*subjects: str) -> Any:
+        tickets = [{"subject": s, "body": "text"} for s in subjects]
+        return client.post("/api/v1/tickets/batch", {"tickets": tickets}, "application/json")
+
+    assert batch("one", "two").status_code == 201
+    refused = batch("three", "four")
+    assert refused.status_code == 429 and refused["Retry-After"] == "30"
+    assert refused.json()["detail"] == (
+        "This token may create 3 tickets a minute; retry in 30 s. Nothing was saved."
+    )
+    single = {"subject": "three", "body": "text"}
+    assert client.post("/api/v1/tickets", single, "application/json").status_code == 201
+    assert client.post("/api/v1/tickets", single, "application/json").status_code == 429
+    assert sorted(triage_queue.items.values_list("subject", flat=True)) == ["one", "three", "two"]
+
+
 def test_guessing_api_tokens_is_limited(settings: Any, db: None) -> None:
     settings.API_REQUESTS_PER_MINUTE = 3
     statuses = [

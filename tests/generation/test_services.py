@@ -13,6 +13,7 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
 from icrlhf.queues.models import Item
 from icrlhf.queues.services import item_create
+from tests.factories import QueueFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -209,3 +210,48 @@ def test_without_an_embedding_model_generation_goes_on_without_memory(
     fresh.refresh_from_db()
     assert fresh.status == Generation.Status.RUNNING
     assert fresh.retrieval_error == "Memory was unavailable, so no examples were retrieved."
+
+
+def test_a_queue_with_nothing_waiting_goes_ahead_of_a_flooded_one(queue: Any, user: Any) -> None:
+    """Broker priority (0 first) grows with the generations of the same queue in line before
+    it; finished ones and other queues' do not count."""
+    flood = [item_create(queue=queue, input_text=f"flood {n}", created_by=user) for n in range(9)]
+    other = item_create(queue=QueueFactory(), input_text="elsewhere", created_by=user)
+
+    def priority(item: Item) -> int:
+        generation = item.generations.get()
+        return services.fair_priority(generation_id=generation.pk, queue_id=item.queue_id)
+
+    assert [priority(item) for item in flood] == [0, 1, 2, 2, 3, 3, 3, 3, 4]
+    assert priority(other) == 0
+    Generation.objects.filter(item__in=flood[:8]).update(status=Generation.Status.DONE)
+    assert priority(flood[8]) == 0
+
+
+def test_generation_tasks_are_sent_at_the_fair_priority(
+    queue: Any,
+    user: Any,
+    vector_store: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """A test double stands in for the broker here; the real worker's order is tested in
+    tests/integration/test_fairness.py."""
+    sent: list[tuple[str, int]] = []
+    for task in (tasks.generation_prepare, tasks.candidate_generate):
+        monkeypatch.setattr(
+            task,
+            "apply_async",
+            lambda args, priority, name=task.name: sent.append((name, priority)),
+        )
+    with django_capture_on_commit_callbacks(execute=True):
+        item_create(queue=queue, input_text="first", created_by=user)
+        second = item_create(queue=queue, input_text="second", created_by=user, n_candidates=2)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.generation_prepare(generation_id=second.generations.get().pk)
+    assert sent == [
+        ("generation.prepare", 0),
+        ("generation.prepare", 1),
+        ("generation.candidate_generate", 1),
+        ("generation.candidate_generate", 1),
+    ]

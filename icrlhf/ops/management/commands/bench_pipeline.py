@@ -49,6 +49,12 @@ class Command(BaseCommand):
         parser.add_argument("--generations", type=int, default=15, help="N=8 runs to time.")
         parser.add_argument("--decisions", type=int, default=50)
         parser.add_argument(
+            "--flood",
+            type=int,
+            default=200,
+            help="Items at N=8 flooding one queue while another queue's item is timed (0: skip).",
+        )
+        parser.add_argument(
             "--database-url",
             default="",
             help="A PostgreSQL server to run on, e.g. postgres://postgres@127.0.0.1:5432/test: "
@@ -95,6 +101,8 @@ class Command(BaseCommand):
                         str(options["generations"]),
                         "--decisions",
                         str(options["decisions"]),
+                        "--flood",
+                        str(options["flood"]),
                     )
                     return dict(json.loads(result_file.read_text()))
             finally:
@@ -115,6 +123,13 @@ class Command(BaseCommand):
             f"p95 {result['prepare_p95_ms']:.1f} ms; prompt ready → last of the 8 calls started: "
             f"p50 {result['dispatch_p50_ms']:.1f} ms",
         ]
+        if "fair_ratio" in result:
+            lines.append(
+                f"(d) fairness: with {result['flood_items']} items at N=8 flooding one queue "
+                f"({result['flood_left_unfinished']} still unfinished), another queue's item "
+                f"took {result['fair_wall_s']:.2f} s, {result['fair_ratio']:.2f}× its time on "
+                "the idle system (target ≤ 2×)"
+            )
         for line in lines:
             self.stdout.write(line)
         if as_json:
@@ -199,7 +214,9 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         seconds_between(example.indexed_at, example.decision.created_at)
         for example in Example.objects.filter(pk__in=preferred_ids).select_related("decision")
     ]
+    fairness = _fairness(options, reviewer=reviewer, idle_wall_s=statistics.median(walls))
     return {
+        **fairness,
         "llm_latency_s": options["latency"],
         "one_call_s": one_call_s,
         "generations": len(walls),
@@ -213,4 +230,45 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         "prepare_p50_ms": percentile(prepares, 50),
         "prepare_p95_ms": percentile(prepares, 95),
         "dispatch_p50_ms": percentile(dispatches, 50),
+    }
+
+
+def _fairness(options: dict[str, Any], *, reviewer: Any, idle_wall_s: float) -> dict[str, Any]:
+    """(d): one queue flooded with `--flood` items at N=8, then one item in another queue:
+    its wall time against the same item's on the idle system (the median of (a))."""
+    from icrlhf.generation.models import Candidate, Generation
+    from icrlhf.generation.tasks import broker_backlog
+    from icrlhf.queues.models import Item, Queue
+    from icrlhf.queues.services import item_create
+
+    if not options["flood"]:
+        return {}
+    flooded = Queue.objects.create(slug="bench-flood", name="Flood", n_candidates=8)
+    for number in range(options["flood"]):
+        item_create(queue=flooded, input_text=f"Flood {number}", created_by=reviewer)
+    time.sleep(2 * options["latency"])  # the worker is deep in the flood
+    other = Queue.objects.create(slug="bench-other", name="Other", n_candidates=8)
+    item = item_create(queue=other, input_text="Where is my card?", created_by=reviewer)
+    wait_until(
+        lambda: Item.objects.filter(pk=item.pk, status=Item.Status.READY).exists(),
+        timeout_s=600,
+        what="the other queue's item",
+    )
+    generation = Generation.objects.get(item=item)
+    wall = seconds_between(generation.finished_at, item.created_at)
+    unfinished = Generation.objects.filter(item__queue=flooded).exclude(
+        status__in=[Generation.Status.DONE, Generation.Status.FAILED]
+    )
+    left = unfinished.count()
+    # Call the flood off: its queued tasks then claim nothing and the broker drains.
+    Candidate.objects.filter(
+        generation__item__queue=flooded, status=Candidate.Status.PENDING
+    ).update(status=Candidate.Status.FAILED, error="Called off by the benchmark.")
+    unfinished.update(status=Generation.Status.FAILED)
+    wait_until(lambda: broker_backlog() == 0, timeout_s=300, what="the flood to drain")
+    return {
+        "flood_items": options["flood"],
+        "flood_left_unfinished": left,
+        "fair_wall_s": wall,
+        "fair_ratio": wall / idle_wall_s,
     }
