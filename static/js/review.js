@@ -17,41 +17,34 @@
     return target && (target.tagName === "TEXTAREA" || target.tagName === "INPUT" && target.type === "text");
   }
 
-  // --- Word diff between a candidate and its edit (LCS; texts are short) -----------------------
-  function words(text) { return text.split(/(\s+)/).filter(function (w) { return w.length; }); }
-  function diff(before, after) {
-    const a = words(before), b = words(after);
-    const rows = a.length + 1, cols = b.length + 1;
-    const table = new Array(rows);
-    for (let i = 0; i < rows; i++) table[i] = new Uint16Array(cols);
-    for (let i = a.length - 1; i >= 0; i--) {
-      for (let j = b.length - 1; j >= 0; j--) {
-        table[i][j] = a[i] === b[j] ? table[i + 1][j + 1] + 1 : Math.max(table[i + 1][j], table[i][j + 1]);
-      }
-    }
-    const parts = [];
-    let i = 0, j = 0;
-    while (i < a.length || j < b.length) {
-      if (i < a.length && j < b.length && a[i] === b[j]) { parts.push(["same", a[i]]); i++; j++; }
-      else if (j < b.length && (i === a.length || table[i][j + 1] >= table[i + 1][j])) { parts.push(["ins", b[j]]); j++; }
-      else { parts.push(["del", a[i]]); i++; }
-    }
-    return parts;
-  }
+  // --- Word diff between a candidate and its edit ----------------------------------------------
+  // jsdiff (vendored) runs Myers' O(ND) diff, so a small edit of a long answer costs little;
+  // a diff that would take longer than DIFF_TIMEOUT_MS is given up, and the box says so.
+  // It runs once the reviewer pauses typing, not on every keystroke.
+  const DIFF_TIMEOUT_MS = 50, DIFF_PAUSE_MS = 150;
   function renderDiff(textarea) {
     const box = textarea.parentElement.querySelector(".diff");
     if (!box) return;
     box.replaceChildren();
-    const parts = diff(textarea.dataset.original || "", textarea.value);
-    if (parts.every(function (p) { return p[0] === "same"; })) {
+    const parts = Diff.diffWordsWithSpace(textarea.dataset.original || "", textarea.value, { timeout: DIFF_TIMEOUT_MS });
+    if (parts === undefined) {
+      box.textContent = "Too many changes to show word by word.";
+      return;
+    }
+    if (parts.every(function (p) { return !p.added && !p.removed; })) {
       box.textContent = "No changes yet.";
       return;
     }
     parts.forEach(function (part) {
-      const node = part[0] === "same" ? document.createTextNode(part[1]) : document.createElement(part[0]);
-      if (part[0] !== "same") node.textContent = part[1];
+      const tag = part.added ? "ins" : part.removed ? "del" : "";
+      const node = tag ? document.createElement(tag) : document.createTextNode(part.value);
+      if (tag) node.textContent = part.value;
       box.appendChild(node);
     });
+  }
+  function debounced(run, pauseMs) {
+    let timer = null;
+    return function () { clearTimeout(timer); timer = setTimeout(run, pauseMs); };
   }
 
   // --- Drafts: what was picked, edited, ticked and written, kept in localStorage ----------------
@@ -102,10 +95,11 @@
     if (!f || f.dataset.ready) return;
     f.dataset.ready = "1";
     f.querySelectorAll("textarea[data-original]").forEach(function (t) {
+      const renderSoon = debounced(function () { renderDiff(t); }, DIFF_PAUSE_MS);
       t.addEventListener("input", function () {
         const radio = document.getElementById(t.closest("details").dataset.choice);
         if (radio) radio.checked = true;
-        renderDiff(t);
+        renderSoon();
       });
     });
     f.querySelectorAll("details.editor").forEach(function (d) {
