@@ -1,5 +1,17 @@
 // Review workbench: keyboard shortcuts, the edit diff, and drafts that survive a reload.
 // No inline script anywhere: the page passes what it needs in data- attributes.
+//
+// What this script needs from templates/review/item.html (change both together):
+//   #review[data-draft-key][data-decided]   the page; data-decided once the server has it
+//   #decision-form                          the decision form (absent: nothing to decide)
+//   article.candidate(.done)#candidate-<L>  a candidate, L its label (1, 2, …)
+//   input[name=choice]#choice-<L>           picking it
+//   details.editor[data-choice=<radio id>]  its editor, holding
+//     textarea[data-original] and .diff     the edit and its word diff
+//   #comment, input[name=reason_tags]       the comment and reasons
+//   #corrections .triage-fields, [name=triage_category|priority|reply]  triage fields
+//   #skip-form, #undo-form                  what "s" and "u" submit
+//   #keymap, #keymap-open                   the shortcut list and its button
 (function () {
   "use strict";
 
