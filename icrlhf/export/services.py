@@ -65,7 +65,7 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def decisions_filtered(*, filters: ExportFilters, consumer: str) -> QuerySet[Decision]:
-    decisions = Decision.objects.filter(superseded_at__isnull=True)
+    decisions = Decision.objects.standing()
     if filters.allowed_queue_ids is not None:
         decisions = decisions.filter(item__queue_id__in=filters.allowed_queue_ids)
     if filters.queue is not None:

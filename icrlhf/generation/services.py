@@ -110,7 +110,7 @@ def generation_regenerate(*, item_id: int) -> Generation:
         raise ValidationError(
             f"An item that is {item.get_status_display().lower()} cannot be regenerated."
         )
-    if item.decisions.filter(superseded_at__isnull=True).exists():
+    if item.decisions.standing().exists():
         raise ValidationError("This item already has a decision; it cannot be regenerated.")
     item.status = Item.Status.GENERATING
     item.save(update_fields=["status", "updated_at"])

@@ -87,7 +87,8 @@ def _decisions(queue: Queue, days: list[date]) -> tuple[Window, list[Window], li
     by_count: list[Window] = []
     totals = Window("all")
     rows = (
-        Decision.objects.filter(item__queue=queue, superseded_at__isnull=True)
+        Decision.objects.standing()
+        .filter(item__queue=queue)
         .order_by("created_at", "pk")
         .values_list("created_at", "verdict", "time_to_decide_ms", "chosen_candidate__source")
     )

@@ -5,6 +5,12 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.queues.models import Item
 
 
+class DecisionQuerySet(models.QuerySet["Decision"]):
+    def standing(self) -> "DecisionQuerySet":
+        """Decisions that count: not undone (an undone one stays on record, superseded)."""
+        return self.filter(superseded_at__isnull=True)
+
+
 class Decision(models.Model):
     """A reviewer's verdict on one generation. Append-only: never updated in place."""
 
@@ -38,6 +44,8 @@ class Decision(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # Set by an undo: the decision stays on record, its examples leave the memory.
     superseded_at = models.DateTimeField(null=True, blank=True)
+
+    objects = DecisionQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]

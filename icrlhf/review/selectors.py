@@ -20,7 +20,7 @@ class ReviewProgress:
 
 def decisions_standing(*, item: Item) -> QuerySet[Decision]:
     return (
-        item.decisions.filter(superseded_at__isnull=True)
+        item.decisions.standing()
         .select_related("reviewer", "chosen_candidate")
         .order_by("created_at")
     )
@@ -32,7 +32,7 @@ def claims_active(*, item: Item) -> QuerySet[Claim]:
 
 def review_progress(*, queue: Queue, reviewer: User) -> ReviewProgress:
     midnight = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
-    decisions = Decision.objects.filter(item__queue=queue, superseded_at__isnull=True)
+    decisions = Decision.objects.standing().filter(item__queue=queue)
     times = [
         ms
         for ms in decisions.exclude(time_to_decide_ms=None)

@@ -38,7 +38,7 @@ def _lock_item(item_id: int) -> Item:
 
 
 def _standing_decisions(item: Item) -> QuerySet[Decision]:
-    return item.decisions.filter(superseded_at__isnull=True)
+    return item.decisions.standing()
 
 
 def _free_slots(item: Item, reviewer: User, now: datetime) -> int:
@@ -262,8 +262,8 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
     """Take back a decision within the undo window: it is superseded (kept on record), its
     examples leave the memory, the item is open again and claimed back for the reviewer."""
     try:
-        decision = Decision.objects.select_for_update().get(
-            pk=decision_id, reviewer=reviewer, superseded_at__isnull=True
+        decision = (
+            Decision.objects.standing().select_for_update().get(pk=decision_id, reviewer=reviewer)
         )
     except Decision.DoesNotExist as error:
         raise DecisionConflict("There is no decision of yours to undo.") from error

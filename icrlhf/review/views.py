@@ -129,9 +129,7 @@ def _undo_offer(request: HtmxHttpRequest) -> Decision | None:
     decision_id = request.session.get(_UNDO_SESSION_KEY)
     if decision_id is None:
         return None
-    decision = Decision.objects.filter(
-        pk=decision_id, reviewer=request.user, superseded_at__isnull=True
-    ).first()
+    decision = Decision.objects.standing().filter(pk=decision_id, reviewer=request.user).first()
     window = settings.REVIEW_UNDO_WINDOW_S
     if decision is None or (timezone.now() - decision.created_at).total_seconds() > window:
         request.session.pop(_UNDO_SESSION_KEY, None)

@@ -274,7 +274,7 @@ def verify(acknowledged_file: Path) -> None:
     from icrlhf.review.models import Decision
 
     acknowledged = [tuple(pair) for pair in json.loads(acknowledged_file.read_text())]
-    standing = Decision.objects.filter(superseded_at__isnull=True)
+    standing = Decision.objects.standing()
     saved = set(standing.values_list("reviewer__username", "item_id"))
     twice = (
         standing.values("item_id", "item__queue__reviewers_per_item")
