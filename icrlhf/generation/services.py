@@ -11,7 +11,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from icrlhf.generation import tasks
+from icrlhf.generation import selectors, tasks
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.prompts import PromptExample, messages_build
 from icrlhf.integrations import llm
@@ -114,7 +114,7 @@ def generation_regenerate(*, item_id: int) -> Generation:
         raise ValidationError("This item already has a decision; it cannot be regenerated.")
     item.status = Item.Status.GENERATING
     item.save(update_fields=["status", "updated_at"])
-    previous = item.generations.order_by("-created_at").first()
+    previous = selectors.generation_latest(item=item)
     count = previous.n_candidates if previous else item.queue.n_candidates
     return generation_start(item=item, n_candidates=count)
 

@@ -30,15 +30,6 @@ class Recall:
     neighbours: list[RetrievedExample]  # up to `pool` live preferred examples, nearest first
 
 
-def examples_retrieve(
-    *, queue: Queue, query_text: str, k: int, token_budget: int
-) -> list[RetrievedExample]:
-    """The queue's preferred examples for a query's prompt, best first (see examples_recall)."""
-    return examples_recall(
-        queue=queue, query_text=query_text, k=k, token_budget=token_budget
-    ).examples
-
-
 def examples_recall(
     *, queue: Queue, query_text: str, k: int, token_budget: int, pool: int = 0
 ) -> Recall:

@@ -115,7 +115,6 @@ class Item(models.Model):
         GENERATING = "generating", "Generating"
         READY = "ready", "Ready for review"
         DECIDED = "decided", "Decided"
-        SKIPPED = "skipped", "Skipped"
         FAILED = "failed", "Failed"
 
     class Source(models.TextChoices):

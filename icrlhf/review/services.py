@@ -9,6 +9,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
+from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory import services as memory_services
@@ -176,7 +177,7 @@ def decision_record(
     """
     item = _lock_item(item_id)
     now = timezone.now()
-    generation = item.generations.order_by("-created_at").first()
+    generation = generation_selectors.generation_latest(item=item)
     if generation is None:
         raise DecisionConflict("This item has no candidates to decide on yet.")
     if item.status != Item.Status.READY:

@@ -9,7 +9,7 @@ from django.test import Client
 from icrlhf.integrations import vectors
 from icrlhf.memory import curation, integrity
 from icrlhf.memory.models import CurationEvent, Example, Retrieval
-from icrlhf.memory.selectors import examples_retrieve
+from icrlhf.memory.selectors import examples_recall
 from icrlhf.review.services import decision_record, decision_undo
 from tests.factories import ItemFactory, UserFactory, ready_generation
 
@@ -40,7 +40,7 @@ def remember(queue: Any, user: Any, question: str, answer: str, *others: str) ->
 def retrieve(queue: Any, query: str) -> list[str]:
     return [
         r.example.output_text
-        for r in examples_retrieve(queue=queue, query_text=query, k=5, token_budget=10_000)
+        for r in examples_recall(queue=queue, query_text=query, k=5, token_budget=10_000).examples
     ]
 
 

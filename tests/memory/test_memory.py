@@ -9,7 +9,7 @@ from django.conf import LazySettings
 from icrlhf.integrations import vectors
 from icrlhf.memory import services
 from icrlhf.memory.models import Example
-from icrlhf.memory.selectors import examples_retrieve
+from icrlhf.memory.selectors import examples_recall
 from icrlhf.review.services import decision_record
 from tests.factories import ItemFactory, ready_generation
 
@@ -34,7 +34,7 @@ def remember(queue: Any, user: Any, question: str, answer: str, *others: str) ->
 def retrieve(queue: Any, query: str, k: int = 5, budget: int = 10_000) -> list[str]:
     return [
         r.example.output_text
-        for r in examples_retrieve(queue=queue, query_text=query, k=k, token_budget=budget)
+        for r in examples_recall(queue=queue, query_text=query, k=k, token_budget=budget).examples
     ]
 
 
