@@ -110,6 +110,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         and not decisions
         and (my_claim is not None or len(claims) == 0),
         "shown_at_ms": int(time.time() * 1000),
+        "comment_max_chars": services.MAX_COMMENT_CHARS,
         "undo": _undo_offer(request),
         "claim_renew_ms": max(5, settings.REVIEW_CLAIM_TTL_S // 3) * 1000,
     }
