@@ -16,8 +16,9 @@ from icrlhf.queues.forms import ItemCreateForm
 from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.selectors import queue_items_recent, queues_with_counts
 from icrlhf.queues.services import item_create
+from icrlhf.triage.forms import TicketCreateForm, TicketFilterForm
+from icrlhf.triage.selectors import tickets_for_queue
 from icrlhf.triage.services import ticket_create
-from icrlhf.triage.views import TicketCreateForm, TicketFilterForm, tickets_for_queue
 
 
 def queue_list(request: HttpRequest) -> HttpResponse:
@@ -74,7 +75,7 @@ def _queue_page(
     if queue.kind == Queue.Kind.TRIAGE:
         filters = TicketFilterForm(request.GET or None, queue=queue)
         context["filters"] = filters
-        context["tickets"] = tickets_for_queue(queue=queue, filters=filters)
+        context["tickets"] = tickets_for_queue(queue=queue, filters=filters.chosen())
     else:
         context["items"] = queue_items_recent(queue=queue)
     return render(request, "queues/detail.html", context, status=status)

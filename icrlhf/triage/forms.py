@@ -1,16 +1,11 @@
-"""The triage queue's ticket list: SLA order, badges, filters."""
+"""The triage queue's forms: a ticket typed in by hand, and the ticket list's filters."""
 
-from dataclasses import dataclass
 from typing import Any
 
 from django import forms
-from django.utils import timezone
 
 from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.services import item_input_validate
-from icrlhf.triage.sla import sla_ordered, sla_state
-
-_LIST_LIMIT = 200
 
 
 class TicketFilterForm(forms.Form):
@@ -28,27 +23,9 @@ class TicketFilterForm(forms.Form):
         categories = [(c, c) for c in queue.categories]
         self.fields["category"].choices = [("", "Any category"), *categories]  # type: ignore[attr-defined]
 
-
-@dataclass(frozen=True)
-class TicketRow:
-    item: Item
-    sla: str
-
-
-def tickets_for_queue(*, queue: Queue, filters: TicketFilterForm) -> list[TicketRow]:
-    items = queue.items.all()
-    if filters.is_bound and filters.is_valid():
-        data = filters.cleaned_data
-        if data["status"]:
-            items = items.filter(ticket_status=data["status"])
-        if data["category"]:
-            items = items.filter(category=data["category"])
-        if data["priority"]:
-            items = items.filter(priority=data["priority"])
-        if data["channel"]:
-            items = items.filter(channel__iexact=data["channel"].strip())
-    now = timezone.now()
-    return [TicketRow(item, sla_state(item, now)) for item in sla_ordered(items)[:_LIST_LIMIT]]
+    def chosen(self) -> dict[str, str]:
+        """The filters picked, or none when the form is empty or invalid."""
+        return self.cleaned_data if self.is_bound and self.is_valid() else {}
 
 
 class TicketCreateForm(forms.Form):
