@@ -1,22 +1,51 @@
-from typing import Any
+import time
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 from django import forms
+from django.http import QueryDict
 
 from icrlhf.review.services import MAX_COMMENT_CHARS
 
+# A decision "shown" longer ago than this did not take that long: the time is not recorded.
+_MAX_DECIDE_MS = 24 * 3600 * 1000
+_TRIAGE_FIELDS = ("category", "priority", "reply")
+
+
+@dataclass(frozen=True)
+class DecisionInput:
+    """What a reviewer submitted, typed; the service decides what verdict it makes."""
+
+    candidate_id: int | None  # None: none acceptable
+    final_text: str = ""  # the picked candidate's editor, as submitted
+    reason_tags: list[str] = field(default_factory=list)
+    comment: str = ""
+    time_to_decide_ms: int | None = None
+    corrections: dict[str, str] = field(default_factory=dict)
+
 
 class DecisionForm(forms.Form):
-    """`choice` is "c<candidate id>" or "none"; an edited text comes as final_text_<id>, the
-    reason tags as a list (the service checks them against the queue's)."""
+    """`choice` is "c<candidate id>" or "none". Each candidate's editor posts
+    final_text_<id>, the triage corrections triage_<field>, the reasons reason_tags (the
+    service checks them against the queue's): the form reads them all."""
 
     choice = forms.RegexField(regex=r"^(c\d+|none)$")
     comment = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS)
     shown_at_ms = forms.IntegerField(required=False, min_value=0)
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        choice = data.get("choice")
-        if choice:
-            data["verdict"] = "none_acceptable" if choice == "none" else "chosen"
-            data["candidate_id"] = None if choice == "none" else int(choice[1:])
-        return data
+    def decision_input(self) -> DecisionInput:
+        """Call after is_valid()."""
+        data: dict[str, Any] = self.cleaned_data
+        candidate_id = None if data["choice"] == "none" else int(data["choice"][1:])
+        elapsed_ms = None
+        if data["shown_at_ms"]:
+            elapsed_ms = int(time.time() * 1000) - data["shown_at_ms"]
+            elapsed_ms = elapsed_ms if 0 <= elapsed_ms <= _MAX_DECIDE_MS else None
+        return DecisionInput(
+            candidate_id=candidate_id,
+            final_text=(self.data.get(f"final_text_{candidate_id}", "") if candidate_id else ""),
+            reason_tags=cast(QueryDict, self.data).getlist("reason_tags"),  # a POST
+            comment=data["comment"],
+            time_to_decide_ms=elapsed_ms,
+            corrections={key: self.data.get(f"triage_{key}", "").strip() for key in _TRIAGE_FIELDS},
+        )

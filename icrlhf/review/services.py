@@ -205,6 +205,9 @@ def decision_record(
         unchanged = chosen is not None and final_fields == chosen.fields
         verdict = Decision.Verdict.CHOSEN if unchanged else Decision.Verdict.EDITED
     else:
+        # A pick that comes with its editor's text is an edit when the text differs.
+        if verdict == Decision.Verdict.CHOSEN and final_text.strip():
+            verdict = Decision.Verdict.EDITED
         verdict, final_text = _final_text(verdict=verdict, chosen=chosen, final_text=final_text)
     if len(comment) > MAX_COMMENT_CHARS:
         raise ValidationError(f"The comment is longer than {MAX_COMMENT_CHARS:,} characters.")

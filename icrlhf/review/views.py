@@ -22,7 +22,6 @@ from icrlhf.review.forms import DecisionForm
 from icrlhf.review.models import Decision
 
 # A decision said to take longer than a day comes from a stale page: its time is not recorded.
-_MAX_DECIDE_MS = 24 * 3600 * 1000
 _UNDO_SESSION_KEY = "review_undo_decision"
 
 
@@ -166,30 +165,18 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     if not form.is_valid():
         messages.error(request, _form_problem(form))
         return redirect("review:item", item_id=item.pk)
-    data = form.cleaned_data
-    verdict, candidate_id = data["verdict"], data["candidate_id"]
-    final_text = ""
-    if candidate_id is not None:
-        final_text = request.POST.get(f"final_text_{candidate_id}", "")
-        verdict = "edited" if final_text.strip() else verdict
-    elapsed_ms = None
-    if data["shown_at_ms"]:
-        elapsed_ms = int(time.time() * 1000) - data["shown_at_ms"]
-        elapsed_ms = elapsed_ms if 0 <= elapsed_ms <= _MAX_DECIDE_MS else None
+    submitted = form.decision_input()
     try:
         decision = services.decision_record(
             item_id=item.pk,
             reviewer=request.user,
-            verdict=verdict,
-            candidate_id=candidate_id,
-            final_text=final_text,
-            reason_tags=request.POST.getlist("reason_tags"),
-            comment=data["comment"],
-            time_to_decide_ms=elapsed_ms,
-            corrections={
-                key: request.POST.get(f"triage_{key}", "").strip()
-                for key in ("category", "priority", "reply")
-            },
+            verdict="none_acceptable" if submitted.candidate_id is None else "chosen",
+            candidate_id=submitted.candidate_id,
+            final_text=submitted.final_text,
+            reason_tags=submitted.reason_tags,
+            comment=submitted.comment,
+            time_to_decide_ms=submitted.time_to_decide_ms,
+            corrections=submitted.corrections,
         )
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
