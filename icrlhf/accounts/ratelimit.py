@@ -25,8 +25,8 @@ def seconds_left_in_window() -> int:
 
 def attempt_allowed(scope: str, ident: str, *, per_minute: int, cost: int = 1) -> bool:
     """Counts `cost` attempts for (scope, ident); False once more than `per_minute` would
-    have been made this minute. A refused attempt of several (a batch) is not counted, so
-    a smaller one may still fit."""
+    have been made this minute. A refused attempt is not counted, so a smaller batch may
+    still fit."""
     key = f"ratelimit:{scope}:{ident}:{int(clock() // WINDOW_S)}"
     try:
         cache.add(key, 0, timeout=WINDOW_S + 1)
@@ -35,7 +35,7 @@ def attempt_allowed(scope: str, ident: str, *, per_minute: int, cost: int = 1) -
         except ValueError:  # evicted between add and incr
             cache.set(key, cost, timeout=WINDOW_S + 1)
             count = cost
-        if count > per_minute and cost > 1:
+        if count > per_minute:
             cache.decr(key, cost)
     except Exception:  # the cache's server is down: let people in rather than lock all out
         logger.warning("Rate limiting skipped: the cache is unavailable", exc_info=True)

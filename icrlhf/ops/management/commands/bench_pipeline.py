@@ -142,6 +142,19 @@ def argparse_hidden() -> str:
     return argparse.SUPPRESS
 
 
+def _finished(item: Any, timeout_s: float = 120) -> Any:
+    """The item's generation, once the item is ready for review."""
+    from icrlhf.generation.models import Generation
+    from icrlhf.queues.models import Item
+
+    wait_until(
+        lambda: Item.objects.filter(pk=item.pk, status=Item.Status.READY).exists(),
+        timeout_s=timeout_s,
+        what=f"item {item.pk}",
+    )
+    return Generation.objects.get(item=item)
+
+
 def measure(options: dict[str, Any]) -> dict[str, Any]:
     """Runs inside the benchmark's world: drives the product through its services."""
     from django.contrib.auth import get_user_model
@@ -149,7 +162,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
     from icrlhf.generation.models import Generation
     from icrlhf.integrations import llm
     from icrlhf.memory.models import Example
-    from icrlhf.queues.models import Item, Queue
+    from icrlhf.queues.models import Queue
     from icrlhf.queues.services import item_create
     from icrlhf.review.services import decision_record
 
@@ -160,24 +173,16 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
     llm.complete(messages=messages, model=settings.LLM_MODEL, params={})
     one_call_s = time.monotonic() - started
 
-    def finished(item: Item, timeout_s: float = 120) -> Generation:
-        wait_until(
-            lambda: Item.objects.filter(pk=item.pk, status=Item.Status.READY).exists(),
-            timeout_s=timeout_s,
-            what=f"item {item.pk}",
-        )
-        return Generation.objects.get(item=item)
-
     # (a) and (c): N=8 generations one after another, timed from the database's own clocks,
     # after one that is not timed (it waits for the worker to start).
     wide = Queue.objects.create(slug="bench-fan-out", name="Fan-out", n_candidates=8)
-    finished(item_create(queue=wide, input_text="Warm-up", created_by=reviewer))
+    _finished(item_create(queue=wide, input_text="Warm-up", created_by=reviewer))
     walls, overheads, prepares, dispatches = [], [], [], []
     for number in range(options["generations"]):
         item = item_create(
             queue=wide, input_text=f"Question {number}: where is my card?", created_by=reviewer
         )
-        generation = finished(item)
+        generation = _finished(item)
         wall = seconds_between(generation.finished_at, item.created_at)
         llm_s = max(c.latency_ms or 0 for c in generation.candidates.all()) / 1000
         walls.append(wall)
@@ -195,7 +200,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         for n in range(options["decisions"])
     ]
     for item in items:
-        finished(item)
+        _finished(item)
     preferred_ids = []
     for item in items:
         candidate = Generation.objects.get(item=item).candidates.first()
@@ -238,7 +243,7 @@ def _fairness(options: dict[str, Any], *, reviewer: Any, idle_wall_s: float) -> 
     its wall time against the same item's on the idle system (the median of (a))."""
     from icrlhf.generation.models import Candidate, Generation
     from icrlhf.generation.tasks import broker_backlog
-    from icrlhf.queues.models import Item, Queue
+    from icrlhf.queues.models import Queue
     from icrlhf.queues.services import item_create
 
     if not options["flood"]:
@@ -249,12 +254,7 @@ def _fairness(options: dict[str, Any], *, reviewer: Any, idle_wall_s: float) -> 
     time.sleep(2 * options["latency"])  # the worker is deep in the flood
     other = Queue.objects.create(slug="bench-other", name="Other", n_candidates=8)
     item = item_create(queue=other, input_text="Where is my card?", created_by=reviewer)
-    wait_until(
-        lambda: Item.objects.filter(pk=item.pk, status=Item.Status.READY).exists(),
-        timeout_s=600,
-        what="the other queue's item",
-    )
-    generation = Generation.objects.get(item=item)
+    generation = _finished(item, timeout_s=600)
     wall = seconds_between(generation.finished_at, item.created_at)
     unfinished = Generation.objects.filter(item__queue=flooded).exclude(
         status__in=[Generation.Status.DONE, Generation.Status.FAILED]
