@@ -38,8 +38,8 @@ def queue_detail(request: HttpRequest, slug: str) -> HttpResponse:
             wait = seconds_left_in_window()
             form.add_error(
                 None,
-                f"You have created {limit} items this minute, the most one person may; "
-                f"try again in {wait} s. This one was not saved.",
+                f"You have created {limit} item{'' if limit == 1 else 's'} this minute, the "
+                f"most one person may; try again in {wait} s. This one was not saved.",
             )
             response = _queue_page(request, queue, form, status=429)
             response["Retry-After"] = str(wait)
