@@ -1,5 +1,6 @@
 """Settings, read from environment variables (every one is documented in the README)."""
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,10 @@ INSTALLED_APPS = [
     "icrlhf.accounts",
     "icrlhf.ops",
 ]
+# The benchmarks and the fault suite live beside the package, in the repository only (the
+# image and the wheel ship without them): their commands exist where their folder does.
+if importlib.util.find_spec("bench") is not None:
+    INSTALLED_APPS.append("bench")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

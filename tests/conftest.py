@@ -1,3 +1,4 @@
+import functools
 import os
 import shutil
 import subprocess
@@ -11,11 +12,11 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from icrlhf.integrations import vectors
-from icrlhf.ops.benchworld import database_url_of
-from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
+from bench.world import database_url_of
+from icrlhf.integrations import llm, vectors
 from icrlhf.ops.stack import Stack, celery_worker_command
 from tests.factories import QueueFactory, UserFactory
+from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,6 +42,21 @@ def _fresh_rate_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     cache.clear()
     pinned = (time.time() // ratelimit.WINDOW_S) * ratelimit.WINDOW_S + 30
     monkeypatch.setattr(ratelimit, "clock", lambda: pinned)
+
+
+LLMAnswer = Callable[[str], None]
+
+
+@pytest.fixture
+def llm_answer(monkeypatch: pytest.MonkeyPatch) -> LLMAnswer:
+    """Makes the LLM module answer a given text (or raise, for "litellm.RateLimitError") through
+    litellm's own offline switch, `mock_response`: litellm's real code path, no network."""
+    real_complete = llm.complete
+
+    def answer(text: str) -> None:
+        monkeypatch.setattr(llm, "complete", functools.partial(real_complete, mock_response=text))
+
+    return answer
 
 
 @pytest.fixture

@@ -234,7 +234,7 @@ def _memory_candidates_fill(
     return len(offers)
 
 
-def candidate_generate(*, candidate_id: int, mock_response: str | None = None) -> None:
+def candidate_generate(*, candidate_id: int) -> None:
     """Claim a candidate, call the model once, save the answer or the error.
 
     A transient error puts the candidate back to pending and re-raises, so the task retries.
@@ -271,7 +271,6 @@ def candidate_generate(*, candidate_id: int, mock_response: str | None = None) -
             model=generation.model,
             api_base=generation.api_base,
             params=generation.params,
-            mock_response=mock_response,
         )
     except llm.TransientLLMError as error:
         Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.RUNNING).update(

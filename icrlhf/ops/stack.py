@@ -115,7 +115,7 @@ def local_llm_command(model_path: Path, *, alias: str, port: int) -> list[str]:
     ]
 
 
-def web_command(port: int) -> list[str]:
+def web_command(port: int, *, workers: int = 2) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -124,7 +124,7 @@ def web_command(port: int) -> list[str]:
         "--bind",
         f"127.0.0.1:{port}",
         "--workers",
-        "2",
+        str(workers),
         "--threads",
         "4",
         "--access-logfile",

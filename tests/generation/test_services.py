@@ -1,5 +1,6 @@
-"""Generation services in-process: litellm runs its real code path, answering with its own
-`mock_response` or over HTTP from a local endpoint; the vector store is a real local folder."""
+"""Generation services in-process: litellm runs its real code path, answering through its own
+`mock_response` (the `llm_answer` fixture) or over HTTP from a local endpoint; the vector store
+is a real local folder."""
 
 import json
 from pathlib import Path
@@ -10,10 +11,11 @@ from django.conf import LazySettings
 
 from icrlhf.generation import services, tasks
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
 from icrlhf.queues.models import Item
 from icrlhf.queues.services import item_create
+from tests.conftest import LLMAnswer
 from tests.factories import QueueFactory
+from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 pytestmark = pytest.mark.django_db
 
@@ -44,9 +46,12 @@ def test_prepare_stores_the_exact_messages_and_fans_out(
     assert services.generation_prepare(generation_id=generation.pk) == []
 
 
-def test_a_candidate_is_saved_with_its_answer_and_usage(generation: Generation) -> None:
+def test_a_candidate_is_saved_with_its_answer_and_usage(
+    llm_answer: LLMAnswer, generation: Generation
+) -> None:
     first, *others = generation.candidates.all()
-    services.candidate_generate(candidate_id=first.pk, mock_response="The card ships tomorrow.")
+    llm_answer("The card ships tomorrow.")
+    services.candidate_generate(candidate_id=first.pk)
     first.refresh_from_db()
     assert first.status == Candidate.Status.DONE
     assert first.text == "The card ships tomorrow."
@@ -55,32 +60,39 @@ def test_a_candidate_is_saved_with_its_answer_and_usage(generation: Generation) 
     assert generation.status == Generation.Status.RUNNING  # others still pending
 
     for candidate in others:
-        services.candidate_generate(candidate_id=candidate.pk, mock_response="Another answer.")
+        llm_answer("Another answer.")
+        services.candidate_generate(candidate_id=candidate.pk)
     generation.refresh_from_db()
     assert generation.status == Generation.Status.DONE and generation.finished_at
     assert Item.objects.get(pk=generation.item_id).status == Item.Status.READY
 
 
-def test_a_claimed_candidate_is_not_generated_twice(generation: Generation) -> None:
+def test_a_claimed_candidate_is_not_generated_twice(
+    llm_answer: LLMAnswer, generation: Generation
+) -> None:
     candidate = generation.candidates.first()
     assert candidate is not None
-    services.candidate_generate(candidate_id=candidate.pk, mock_response="once")
-    services.candidate_generate(candidate_id=candidate.pk, mock_response="twice")
+    llm_answer("once")
+    services.candidate_generate(candidate_id=candidate.pk)
+    llm_answer("twice")
+    services.candidate_generate(candidate_id=candidate.pk)
     candidate.refresh_from_db()
     assert candidate.text == "once" and candidate.attempts == 1
 
 
-def test_a_transient_error_releases_the_candidate_for_a_retry(generation: Generation) -> None:
+def test_a_transient_error_releases_the_candidate_for_a_retry(
+    llm_answer: LLMAnswer, generation: Generation
+) -> None:
     candidate = generation.candidates.first()
     assert candidate is not None
     with pytest.raises(services.llm.TransientLLMError, match="rate-limited"):
-        services.candidate_generate(
-            candidate_id=candidate.pk, mock_response="litellm.RateLimitError"
-        )
+        llm_answer("litellm.RateLimitError")
+        services.candidate_generate(candidate_id=candidate.pk)
     candidate.refresh_from_db()
     assert candidate.status == Candidate.Status.PENDING
     assert candidate.error.startswith("Retrying: The model is rate-limited")
-    services.candidate_generate(candidate_id=candidate.pk, mock_response="second try")
+    llm_answer("second try")
+    services.candidate_generate(candidate_id=candidate.pk)
     candidate.refresh_from_db()
     assert (candidate.status, candidate.text, candidate.attempts) == ("done", "second try", 2)
 
@@ -162,9 +174,12 @@ def test_a_timeout_is_transient(generation: Generation, settings: LazySettings) 
     assert candidate.status == Candidate.Status.PENDING
 
 
-def test_some_failures_still_leave_the_item_reviewable(generation: Generation) -> None:
+def test_some_failures_still_leave_the_item_reviewable(
+    llm_answer: LLMAnswer, generation: Generation
+) -> None:
     first, *others = generation.candidates.all()
-    services.candidate_generate(candidate_id=first.pk, mock_response="good")
+    llm_answer("good")
+    services.candidate_generate(candidate_id=first.pk)
     for candidate in others:
         services.candidate_fail(candidate_id=candidate.pk, message="boom")
     generation.refresh_from_db()

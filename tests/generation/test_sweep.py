@@ -11,6 +11,7 @@ from icrlhf.generation import services
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.queues.models import Item
 from icrlhf.queues.services import item_create
+from tests.conftest import LLMAnswer
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +26,9 @@ def running(queue: Any, user: Any, vector_store: Path) -> Generation:
     return Generation.objects.get(item=item)
 
 
-def test_a_running_candidate_whose_lease_expired_is_generated_again(running: Generation) -> None:
+def test_a_running_candidate_whose_lease_expired_is_generated_again(
+    llm_answer: LLMAnswer, running: Generation
+) -> None:
     dead, alive, *_ = running.candidates.order_by("pk")
     now = timezone.now()
     Candidate.objects.filter(pk=dead.pk).update(
@@ -36,13 +39,14 @@ def test_a_running_candidate_whose_lease_expired_is_generated_again(running: Gen
     )
     sweep = services.generations_sweep(broker_idle=False)
     assert sweep.generate == [dead.pk] and sweep.prepare == []
-    services.candidate_generate(candidate_id=dead.pk, mock_response="Recovered.")
+    llm_answer("Recovered.")
+    services.candidate_generate(candidate_id=dead.pk)
     dead.refresh_from_db()
     assert (dead.status, dead.text, dead.attempts) == ("done", "Recovered.", 2)
 
 
 def test_a_candidate_that_kept_killing_its_worker_fails_and_the_item_settles(
-    running: Generation, settings: Any
+    llm_answer: LLMAnswer, running: Generation, settings: Any
 ) -> None:
     Candidate.objects.filter(generation=running).update(
         status="running",
@@ -52,7 +56,8 @@ def test_a_candidate_that_kept_killing_its_worker_fails_and_the_item_settles(
     sweep = services.generations_sweep(broker_idle=True)
     assert len(sweep.generate) == running.n_candidates
     for candidate_id in sweep.generate:
-        services.candidate_generate(candidate_id=candidate_id, mock_response="never called")
+        llm_answer("never called")
+        services.candidate_generate(candidate_id=candidate_id)
     failed = list(running.candidates.all())
     assert {c.status for c in failed} == {"failed"}
     assert {c.attempts for c in failed} == {settings.LLM_MAX_RETRIES + 1}  # no extra call
@@ -64,14 +69,15 @@ def test_a_candidate_that_kept_killing_its_worker_fails_and_the_item_settles(
 
 
 def test_a_candidate_enqueued_again_after_its_retries_never_calls_the_model_again(
-    running: Generation, settings: Any
+    llm_answer: LLMAnswer, running: Generation, settings: Any
 ) -> None:
     candidate = running.candidates.first()
     assert candidate is not None
     Candidate.objects.filter(pk=candidate.pk).update(
         attempts=settings.LLM_MAX_RETRIES + 1, error="Retrying: The model is rate-limited."
     )
-    services.candidate_generate(candidate_id=candidate.pk, mock_response="never called")
+    llm_answer("never called")
+    services.candidate_generate(candidate_id=candidate.pk)
     candidate.refresh_from_db()
     assert (candidate.status, candidate.text) == ("failed", "")
     assert candidate.error.endswith("attempts. The model is rate-limited.")

@@ -8,11 +8,11 @@ import pytest
 
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.tasks import broker_backlog
-from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
 from icrlhf.queues.models import Item
 from icrlhf.queues.services import item_create
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
+from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

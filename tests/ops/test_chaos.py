@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from icrlhf.ops.chaos import SCENARIOS
+from bench.chaos import SCENARIOS
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from icrlhf.ops.learning import (
+from bench.learning import (
     banking77_split,
     label_of,
     significance,

@@ -13,14 +13,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from icrlhf.ops.benchworld import (
-    MANAGE,
-    ROOT,
-    manage_run,
-    world_database,
-    world_env,
-    world_migrate,
-)
+from bench.world import MANAGE, ROOT, world
 from icrlhf.ops.stack import free_port, http_ok, port_open
 from tests.conftest import wait_for
 
@@ -74,20 +67,17 @@ class RunningStack:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[RunningStack]:
+def stack() -> Iterator[RunningStack]:
     llm_port, web_port = free_port(), free_port()
-    with world_database(tmp_path) as database_url:
-        env = world_env(
-            tmp_path,
-            database_url=database_url,
-            LLM_API_BASE=f"http://127.0.0.1:{llm_port}/v1",
-            LLM_MODEL="openai/smollm2",
-            LOCAL_LLM_MODEL_PATH=str(settings.LOCAL_LLM_MODEL_PATH),
-            LLM_MAX_RETRIES="1",
-        )
-        world_migrate(env)
-        manage_run(env, "collectstatic", "--noinput", "-v", "0")
-        running = RunningStack(env, web_port)
+    with world(
+        "runstack",
+        LLM_API_BASE=f"http://127.0.0.1:{llm_port}/v1",
+        LLM_MODEL="openai/smollm2",
+        LOCAL_LLM_MODEL_PATH=str(settings.LOCAL_LLM_MODEL_PATH),
+        LLM_MAX_RETRIES="1",
+    ) as here:
+        here.manage("collectstatic", "--noinput", "-v", "0")
+        running = RunningStack(here.env, web_port)
         try:
             wait_for(lambda: running.said("icrlhf is running"), timeout_s=180, what="the stack")
             yield running

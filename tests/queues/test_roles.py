@@ -2,18 +2,13 @@
 group its admin permissions (they were granted only by a second migrate before)."""
 
 import subprocess
-from pathlib import Path
 
-from icrlhf.ops.benchworld import MANAGE, world_database, world_env, world_migrate
+from bench.world import MANAGE, world
 from icrlhf.queues.roles import CURATOR_PERMISSIONS
 
 
-def test_a_single_migrate_on_an_empty_database_gives_curators_their_permissions(
-    tmp_path: Path,
-) -> None:
-    with world_database(tmp_path) as database_url:  # PostgreSQL in the PostgreSQL pass
-        env = world_env(tmp_path, database_url=database_url)
-        world_migrate(env)
+def test_a_single_migrate_on_an_empty_database_gives_curators_their_permissions() -> None:
+    with world("roles") as here:  # a scratch PostgreSQL database in the PostgreSQL pass
         done = subprocess.run(
             [
                 *MANAGE,
@@ -24,7 +19,7 @@ def test_a_single_migrate_on_an_empty_database_gives_curators_their_permissions(
                 "print(sorted(f'{p.content_type.app_label}.{p.codename}'"
                 " for p in Group.objects.get(name='curator').permissions.all()))",
             ],
-            env=env,
+            env=here.env,
             capture_output=True,
             text=True,
         )

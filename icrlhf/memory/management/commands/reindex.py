@@ -2,8 +2,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from icrlhf.memory.management.commands._through_worker import run_in_worker
 from icrlhf.memory.tasks import memory_reindex
+from icrlhf.memory.through_worker import run_in_worker
 
 
 class Command(BaseCommand):

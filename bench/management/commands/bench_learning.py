@@ -8,34 +8,29 @@ candidate, best-of-N acceptance, the label of the nearest stored example (kNN to
 LLM with random stored examples (control) and with no retrieval (baseline)."""
 
 import json
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
-from icrlhf.ops.benchworld import (
-    manage_run,
-    world_database,
-    world_env,
-    world_migrate,
-    world_worker,
-)
-from icrlhf.ops.learning import SERIES, curve_svg
+from bench.learning import SERIES, curve_svg
+from bench.world import WorldCommand, world
 from icrlhf.ops.stack import Stack, free_port
 
-# The options the outer command hands to the inner one, which runs in the throw-away world.
-_FORWARDED = ("sizes", "test", "control", "candidates", "memory_candidates", "temperature", "seed")
 # Columns of the printed table: the charted rates, then the ceiling of what memory can offer.
 _COLUMNS = (*((key, name) for key, name, _ in SERIES), ("gold_retrieved", "gold among retrieved"))
 
 
-class Command(BaseCommand):
+def _sizes(options: dict[str, Any]) -> list[int]:
+    return sorted({int(size) for size in options["sizes"].split(",")})
+
+
+class Command(WorldCommand):
     help = "Measure how acceptance grows with stored decisions (Banking77, the real loop)."
 
-    def add_arguments(self, parser: CommandParser) -> None:
+    def add_options(self, parser: CommandParser) -> None:
         parser.add_argument("--sizes", default="0,50,150,600", help="Stored decisions to test at.")
         parser.add_argument("--test", type=int, default=150, help="Held-out messages.")
         parser.add_argument("--control", type=int, default=50, help="Messages for the control.")
@@ -45,51 +40,30 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--llm-api-base", default="", help="Default: start the local LLM.")
         parser.add_argument("--out", default=str(settings.VAR_DIR / "bench" / "learning"))
-        parser.add_argument("--json", action="store_true", help="End with one JSON line.")
-        parser.add_argument("--inner", action="store_true", help="(internal)")
-        parser.add_argument("--result-file", default="", help="(internal)")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        sizes = sorted({int(s) for s in options["sizes"].split(",")})
-        if options["inner"]:
-            from icrlhf.ops.learning_run import measure
-
-            Path(options["result_file"]).write_text(json.dumps(measure(options, sizes)))
-            return
+    def outside(self, options: dict[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
-        with (
-            tempfile.TemporaryDirectory(prefix="icrlhf-bench-learning-") as folder,
-            world_database(Path(folder)) as database_url,
-        ):
-            tmp = Path(folder)
-            stack = Stack(log_dir=tmp)
-            try:
-                api_base = options["llm_api_base"]
-                if not api_base:
-                    api_base = f"http://127.0.0.1:{free_port()}/v1"
-                    stack.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
-                env = world_env(
-                    tmp,
-                    database_url=database_url,
-                    LLM_API_BASE=api_base,
-                    LLM_MODEL="openai/smollm2",
-                )
-                world_migrate(env)
-                with world_worker(env, tmp, concurrency=4):
-                    result_file = tmp / "result.json"
-                    forwarded = [
-                        f"--{name.replace('_', '-')}={options[name]}" for name in _FORWARDED
-                    ]
-                    manage_run(
-                        env, "bench_learning", "--inner", f"--result-file={result_file}", *forwarded
-                    )
-                    result = json.loads(result_file.read_text())
-            finally:
-                stack.stop()
+        llm = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
+        try:
+            api_base = options["llm_api_base"]
+            if not api_base:
+                api_base = f"http://127.0.0.1:{free_port()}/v1"
+                llm.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
+            with world("bench-learning", LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2") as here:
+                here.worker(concurrency=4)
+                result = dict(here.inside("bench_learning", options))
+        finally:
+            llm.stop()
         result["minutes"] = round((time.monotonic() - started) / 60, 1)
-        self.report(result, sizes, Path(options["out"]), as_json=options["json"])
+        return result
 
-    def report(self, result: dict[str, Any], sizes: list[int], out: Path, *, as_json: bool) -> None:
+    def measure(self, options: dict[str, Any]) -> dict[str, Any]:
+        from bench.learning_run import measure
+
+        return measure(options, _sizes(options))
+
+    def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
+        sizes, out = _sizes(options), Path(options["out"])
         header = f"{'stored':>7} | " + " | ".join(f"{name:>22}" for _, name in _COLUMNS)
         self.stdout.write(header + " | LLM calls saved")
         self.stdout.write("-" * (len(header) + 18))
@@ -120,5 +94,3 @@ class Command(BaseCommand):
         (out / "learning.json").write_text(json.dumps(result, indent=2, sort_keys=True))
         (out / "learning.svg").write_text(curve_svg(sizes, result["sizes"]))
         self.stdout.write(f"Curve: {out / 'learning.svg'}; figures: {out / 'learning.json'}")
-        if as_json:
-            self.stdout.write(json.dumps(result, sort_keys=True))

@@ -5,53 +5,34 @@ Retiring is a row update, an audit event, and one payload update of one point in
 throw-away world (SQLite file, Qdrant local folder). The stored vectors are random unit
 vectors: embedding 10k texts would only slow the set-up, not change what is measured."""
 
-import json
 import random
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
-from icrlhf.ops.benchworld import manage_run, world_database, world_env, world_migrate
+from bench.world import WorldCommand, percentile, world
 
 SIZES = (1_000, 10_000)
 _BATCH = 500
 
 
-class Command(BaseCommand):
+class Command(WorldCommand):
     help = "Measure the cost of retiring one example at 1k and 10k stored examples."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    def add_options(self, parser: CommandParser) -> None:
         parser.add_argument("--retires", type=int, default=30, help="Retires timed per size.")
-        parser.add_argument("--inner", action="store_true", help="(internal)")
-        parser.add_argument("--result-file", default="", help="(internal)")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        if options["inner"]:
-            Path(options["result_file"]).write_text(json.dumps(measure(options["retires"])))
-            return
-        with (
-            tempfile.TemporaryDirectory(prefix="icrlhf-bench-curation-") as folder,
-            world_database(Path(folder)) as database_url,
-        ):
-            env = world_env(Path(folder), database_url=database_url)
-            world_migrate(env)
-            result_file = Path(folder) / "result.json"
-            manage_run(
-                env,
-                "bench_curation",
-                "--inner",
-                "--result-file",
-                str(result_file),
-                "--retires",
-                str(options["retires"]),
-            )
-            result = json.loads(result_file.read_text())
+    def outside(self, options: dict[str, Any]) -> dict[str, Any]:
+        with world("bench-curation") as here:
+            return dict(here.inside("bench_curation", options))
+
+    def measure(self, options: dict[str, Any]) -> dict[str, float]:
+        return measure(options["retires"])
+
+    def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
         for size in SIZES:
             median, p95 = (result[f"retire{kind}_ms_{size // 1000}k"] for kind in ("", "_p95"))
             self.stdout.write(
@@ -59,8 +40,6 @@ class Command(BaseCommand):
             )
         ratio = result["retire_ms_10k"] / result["retire_ms_1k"]
         self.stdout.write(f"10k ÷ 1k: {ratio:.2f} (target: flat, about 1)")
-        if options["json"]:
-            self.stdout.write(json.dumps(result, sort_keys=True))
 
 
 def measure(retires: int) -> dict[str, float]:
@@ -139,6 +118,6 @@ def measure(retires: int) -> dict[str, float]:
             timings.append((time.perf_counter() - started) * 1000)
         label = f"{size // 1000}k"
         result[f"retire_ms_{label}"] = statistics.median(timings)
-        result[f"retire_p95_ms_{label}"] = sorted(timings)[int(0.95 * (len(timings) - 1))]
+        result[f"retire_p95_ms_{label}"] = percentile(timings, 95)
         assert vectors.count(collection=collection) == size
     return result

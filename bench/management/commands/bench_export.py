@@ -4,15 +4,13 @@ In a throw-away SQLite world: one process generates the fixtures, a fresh one ex
 (canonical JSONL, to a file) and reports its time and how far its peak resident memory rose
 above where it started."""
 
-import json
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
-from icrlhf.ops.benchworld import manage_run, world_database, world_env, world_migrate
+from bench.world import WorldCommand, world
 
 _BATCH = 5_000
 
@@ -24,52 +22,39 @@ def _status_kb(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-class Command(BaseCommand):
+class Command(WorldCommand):
     help = "Measure exporting 100k decisions: seconds and peak memory growth."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    def add_options(self, parser: CommandParser) -> None:
         parser.add_argument("--decisions", type=int, default=100_000)
         parser.add_argument("--format", default="canonical")
         parser.add_argument("--seed", action="store_true", help="(internal)")
-        parser.add_argument("--inner", action="store_true", help="(internal)")
-        parser.add_argument("--result-file", default="", help="(internal)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["seed"]:
             seed(options["decisions"])
             return
-        if options["inner"]:
-            Path(options["result_file"]).write_text(json.dumps(measure(options["format"])))
-            return
-        with (
-            tempfile.TemporaryDirectory(prefix="icrlhf-bench-export-") as folder,
-            world_database(Path(folder)) as database_url,
-        ):
-            env = world_env(Path(folder), database_url=database_url)
-            world_migrate(env)
+        super().handle(*args, **options)
+
+    def outside(self, options: dict[str, Any]) -> dict[str, Any]:
+        with world("bench-export") as here:
             started = time.monotonic()
-            manage_run(env, "bench_export", "--seed", "--decisions", str(options["decisions"]))
+            here.manage("bench_export", "--seed", "--decisions", str(options["decisions"]))
             seeding_s = time.monotonic() - started
-            result_file = Path(folder) / "result.json"
-            manage_run(
-                env,
-                "bench_export",
-                "--inner",
-                "--result-file",
-                str(result_file),
-                "--format",
-                options["format"],
-            )
-            result = json.loads(result_file.read_text())
+            # A fresh process exports, so its memory growth is the export's alone.
+            result = dict(here.inside("bench_export", options))
         result["seeding_s"] = round(seeding_s, 1)
+        return result
+
+    def measure(self, options: dict[str, Any]) -> dict[str, Any]:
+        return measure(options["format"])
+
+    def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
         self.stdout.write(
             f"Exported {result['decisions']:,} decisions ({result['lines']:,} {options['format']} "
             f"lines, {result['megabytes']:.0f} MB) in {result['export_100k_s']:.1f} s; peak "
             f"memory grew {result['export_memory_growth_mb']:.1f} MB (targets ≤ 30 s, ≤ 100 MB)"
         )
-        if options["json"]:
-            self.stdout.write(json.dumps(result, sort_keys=True))
 
 
 def seed(count: int) -> None:

@@ -5,26 +5,17 @@ queue), an OpenAI-compatible endpoint with a fixed 1 s latency, and a real Celer
 it re-runs itself inside that world (`--inner`) to drive the product through its services.
 """
 
-import json
 import statistics
-import tempfile
 import time
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
-from icrlhf.ops.benchworld import (
-    manage_run,
-    world_database,
-    world_env,
-    world_migrate,
-    world_worker,
-)
-from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
+from bench.world import WorldCommand, percentile, world
 from icrlhf.ops.stack import wait_until
+from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 
 def seconds_between(later: datetime | None, earlier: datetime | None) -> float:
@@ -32,19 +23,10 @@ def seconds_between(later: datetime | None, earlier: datetime | None) -> float:
     return (later - earlier).total_seconds()
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
-
-
-class Command(BaseCommand):
+class Command(WorldCommand):
     help = "Measure fan-out, decision → retrievable latency and per-generation app overhead."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    def add_options(self, parser: CommandParser) -> None:
         parser.add_argument("--latency", type=float, default=1.0, help="LLM latency, seconds.")
         parser.add_argument("--generations", type=int, default=15, help="N=8 runs to time.")
         parser.add_argument("--decisions", type=int, default=50)
@@ -61,54 +43,25 @@ class Command(BaseCommand):
             "a scratch database is created there and dropped after the run (default: the "
             "install's database kind; a temporary SQLite file for SQLite).",
         )
-        parser.add_argument("--inner", action="store_true", help=argparse_hidden())
-        parser.add_argument("--result-file", default="", help=argparse_hidden())
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        if options["inner"]:
-            result = measure(options)
-            Path(options["result_file"]).write_text(json.dumps(result))
-            return
-        result = self.orchestrate(options)
-        self.report(result, as_json=options["json"])
-
-    def orchestrate(self, options: dict[str, Any]) -> dict[str, Any]:
+    def outside(self, options: dict[str, Any]) -> dict[str, Any]:
         llm = FixedLatencyLLM(latency_s=options["latency"]).start()
-        with (
-            tempfile.TemporaryDirectory(prefix="icrlhf-bench-") as folder,
-            world_database(Path(folder), options["database_url"]) as database_url,
-        ):
-            tmp = Path(folder)
-            env = world_env(
-                tmp,
-                database_url=database_url,
+        try:
+            with world(
+                "bench-pipeline",
+                database_url=options["database_url"],
                 LLM_API_BASE=llm.api_base,
                 LLM_MODEL="openai/fixed-latency",
-            )
-            world_migrate(env)
-            try:
-                with world_worker(env, tmp, concurrency=12):
-                    result_file = tmp / "result.json"
-                    manage_run(
-                        env,
-                        "bench_pipeline",
-                        "--inner",
-                        "--result-file",
-                        str(result_file),
-                        "--latency",
-                        str(options["latency"]),
-                        "--generations",
-                        str(options["generations"]),
-                        "--decisions",
-                        str(options["decisions"]),
-                        "--flood",
-                        str(options["flood"]),
-                    )
-                    return dict(json.loads(result_file.read_text()))
-            finally:
-                llm.stop()
+            ) as here:
+                here.worker(concurrency=12)
+                return dict(here.inside("bench_pipeline", options))
+        finally:
+            llm.stop()
 
-    def report(self, result: dict[str, Any], *, as_json: bool) -> None:
+    def measure(self, options: dict[str, Any]) -> dict[str, Any]:
+        return measure(options)
+
+    def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
         lines = [
             f"LLM endpoint latency: {result['llm_latency_s']:.2f} s (one direct call: "
             f"{result['one_call_s']:.3f} s)",
@@ -132,14 +85,6 @@ class Command(BaseCommand):
             )
         for line in lines:
             self.stdout.write(line)
-        if as_json:
-            self.stdout.write(json.dumps(result, sort_keys=True))
-
-
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 def _finished(item: Any, timeout_s: float = 120) -> Any:

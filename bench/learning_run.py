@@ -10,11 +10,11 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 
+from bench.learning import Counts, Labelled, banking77_split, label_of, significance, summarise
 from icrlhf.generation.models import Candidate
 from icrlhf.generation.prompts import PromptExample, messages_build
 from icrlhf.integrations import llm
 from icrlhf.memory.models import Example
-from icrlhf.ops.learning import Counts, Labelled, banking77_split, label_of, significance, summarise
 from icrlhf.ops.stack import wait_until
 from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.services import item_create

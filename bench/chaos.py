@@ -15,46 +15,25 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import Max
 
 from icrlhf.generation.models import Candidate
-from icrlhf.memory.management.commands._through_worker import run_in_worker
 from icrlhf.memory.models import Example
 from icrlhf.memory.tasks import memory_check
-from icrlhf.ops.fixed_latency_llm import FixedLatencyLLM
+from icrlhf.memory.through_worker import run_in_worker
 from icrlhf.ops.stack import Child, Stack, celery_worker_command, free_port, wait_until
 from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.services import item_create
 from icrlhf.review.models import Decision
 from icrlhf.review.services import DecisionConflict, decision_record
+from tests.support.fixed_latency_llm import FaultyLLM
 
 RECOVERY_S = 150  # a scenario's items must settle within this, or they count as stuck
 UNSETTLED_ITEMS = (Item.Status.NEW, Item.Status.GENERATING)
 UNSETTLED_CANDIDATES = (Candidate.Status.PENDING, Candidate.Status.RUNNING)
-
-
-class FaultyLLM(FixedLatencyLLM):
-    """The fixed-latency endpoint, with one fault switched on at a time."""
-
-    fault = ""  # "", "rate_limit", "server_error", "garbage"
-    failures_left = -1  # with a fault: how many calls fail before it clears (-1: all)
-
-    def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
-        with self._lock:
-            failing = bool(self.fault) and self.failures_left != 0
-            if failing and self.failures_left > 0:
-                self.failures_left -= 1
-        if not failing:
-            return super().respond(request)
-        if self.fault == "rate_limit":
-            return 429, b'{"error": {"message": "Rate limit reached", "type": "rate_limit"}}'
-        if self.fault == "server_error":
-            return 500, b'{"error": {"message": "Internal error", "type": "server_error"}}'
-        return 200, b"<html>Bad gateway</html> this is not JSON"
 
 
 @dataclass
@@ -80,7 +59,7 @@ class Outcome:
         self.notes += other.notes
 
 
-class World:
+class ChaosWorld:
     """The parts a scenario can break: broker, workers, LLM endpoint, vector store."""
 
     def __init__(self, folder: Path) -> None:
@@ -250,11 +229,11 @@ def _wait_running(item_ids: list[int], at_least: int) -> None:
     )
 
 
-def _decide_all(world: World, item_ids: list[int]) -> list[int]:
+def _decide_all(world: ChaosWorld, item_ids: list[int]) -> list[int]:
     return [pk for pk in (world.decide(item_id) for item_id in item_ids) if pk is not None]
 
 
-def worker_killed(world: World) -> Outcome:
+def worker_killed(world: ChaosWorld) -> Outcome:
     """kill -9 the worker while candidates generate; a new worker and the sweeper finish them."""
     world.llm.latency_s = 1.0
     items = world.items_create(8)
@@ -266,7 +245,7 @@ def worker_killed(world: World) -> Outcome:
     return world.outcome("worker killed (kill -9) mid-generation", items, _decide_all(world, items))
 
 
-def broker_restart_generating(world: World) -> Outcome:
+def broker_restart_generating(world: ChaosWorld) -> Outcome:
     """The broker dies while candidates generate, losing every queued message."""
     world.llm.latency_s = 0.5
     items = world.items_create(10)
@@ -277,7 +256,7 @@ def broker_restart_generating(world: World) -> Outcome:
     return world.outcome("broker restarted mid-generation", items, _decide_all(world, items))
 
 
-def broker_restart_deciding(world: World) -> Outcome:
+def broker_restart_deciding(world: ChaosWorld) -> Outcome:
     """The broker dies during a burst of decisions: they are saved, their examples indexed."""
     items = world.items_create(24)
     world.settle(items)
@@ -289,7 +268,7 @@ def broker_restart_deciding(world: World) -> Outcome:
     return world.outcome("broker restarted mid-decision burst", items, decisions)
 
 
-def vector_store_down(world: World) -> Outcome:
+def vector_store_down(world: ChaosWorld) -> Outcome:
     """The vector store is unreachable while items generate and are decided; once it is back,
     the examples are indexed and the store matches the database."""
     world.worker_stop()
@@ -309,7 +288,7 @@ def vector_store_down(world: World) -> Outcome:
 
 
 def _llm_fault(
-    world: World, label: str, *, fault: str = "", failures: int = -1, latency_s: float = 0.2
+    world: ChaosWorld, label: str, *, fault: str = "", failures: int = -1, latency_s: float = 0.2
 ) -> Outcome:
     """Items generated while the endpoint misbehaves; every failed candidate must say why."""
     world.llm.fault, world.llm.failures_left, world.llm.latency_s = fault, failures, latency_s
@@ -328,27 +307,27 @@ def _llm_fault(
     return outcome
 
 
-def llm_slow(world: World) -> Outcome:
+def llm_slow(world: ChaosWorld) -> Outcome:
     return _llm_fault(world, "LLM slower than its timeout", latency_s=settings.LLM_TIMEOUT_S + 1)
 
 
-def llm_rate_limited(world: World) -> Outcome:
+def llm_rate_limited(world: ChaosWorld) -> Outcome:
     return _llm_fault(world, "LLM answers 429 (always)", fault="rate_limit")
 
 
-def llm_server_errors(world: World) -> Outcome:
+def llm_server_errors(world: ChaosWorld) -> Outcome:
     return _llm_fault(world, "LLM answers 500 (always)", fault="server_error")
 
 
-def llm_garbage(world: World) -> Outcome:
+def llm_garbage(world: ChaosWorld) -> Outcome:
     return _llm_fault(world, "LLM answers garbage", fault="garbage")
 
 
-def llm_flaky(world: World) -> Outcome:
+def llm_flaky(world: ChaosWorld) -> Outcome:
     return _llm_fault(world, "LLM answers 429, then recovers", fault="rate_limit", failures=6)
 
 
-SCENARIOS: dict[str, Callable[[World], Outcome]] = {
+SCENARIOS: dict[str, Callable[[ChaosWorld], Outcome]] = {
     "worker_killed": worker_killed,
     "broker_restart_generating": broker_restart_generating,
     "broker_restart_deciding": broker_restart_deciding,
@@ -362,7 +341,7 @@ SCENARIOS: dict[str, Callable[[World], Outcome]] = {
 
 
 def run(folder: Path, names: list[str], runs: int) -> list[Outcome]:
-    world = World(folder)
+    world = ChaosWorld(folder)
     try:
         world.broker_start()
         world.worker_start()

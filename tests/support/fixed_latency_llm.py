@@ -1,9 +1,10 @@
 """A local OpenAI-compatible chat endpoint that answers after a fixed delay.
 
-For the pipeline benchmark (fan-out against a known latency) and the worker tests, where the
-real model's speed and wording would blur what is measured. Each answer is distinct and names
-the request it answers, so tests can tell candidates apart. It serves any number of calls in
-parallel, as a hosted API does. `python -m icrlhf.ops.fixed_latency_llm --port 8099` runs it.
+A test double, for the pipeline benchmark (fan-out against a known latency), the fault suite
+(FaultyLLM) and the worker tests, where the real model's speed and wording would blur what is
+measured. Each answer is distinct and names the request it answers, so tests can tell
+candidates apart. It serves any number of calls in
+parallel, as a hosted API does. `python -m tests.support.fixed_latency_llm --port 8099` runs it.
 """
 
 import argparse
@@ -95,6 +96,26 @@ class FixedLatencyLLM:
                 pass
 
         return Handler
+
+
+class FaultyLLM(FixedLatencyLLM):
+    """The fixed-latency endpoint, with one fault switched on at a time."""
+
+    fault = ""  # "", "rate_limit", "server_error", "garbage"
+    failures_left = -1  # with a fault: how many calls fail before it clears (-1: all)
+
+    def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        with self._lock:
+            failing = bool(self.fault) and self.failures_left != 0
+            if failing and self.failures_left > 0:
+                self.failures_left -= 1
+        if not failing:
+            return super().respond(request)
+        if self.fault == "rate_limit":
+            return 429, b'{"error": {"message": "Rate limit reached", "type": "rate_limit"}}'
+        if self.fault == "server_error":
+            return 500, b'{"error": {"message": "Internal error", "type": "server_error"}}'
+        return 200, b"<html>Bad gateway</html> this is not JSON"
 
 
 def main() -> None:

@@ -6,36 +6,26 @@ the next item and loads its review page repeatedly, deciding every few loads and
 with a short think time. Only review-page loads are timed.
 """
 
-import json
 import random
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import requests
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
-from icrlhf.ops.benchworld import ROOT, manage_run, world_database, world_env, world_migrate
-from icrlhf.ops.stack import free_port, http_ok, wait_until
+from bench.world import WorldCommand, percentile, world
+from icrlhf.ops.stack import free_port, http_ok, wait_until, web_command
 
 PASSWORD = "bench-reviewer-password"  # noqa: S105 (a throw-away world's users)
+WEB_WORKERS = 3
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-class Command(BaseCommand):
+class Command(WorldCommand):
     help = "Measure the review page's p50/p95 with concurrent reviewers against gunicorn."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+    def add_options(self, parser: CommandParser) -> None:
         parser.add_argument("--reviewers", type=int, default=20)
         parser.add_argument("--loads", type=int, default=40, help="Page loads per reviewer.")
         parser.add_argument(
@@ -54,64 +44,42 @@ class Command(BaseCommand):
             help="A PostgreSQL server to run on: a scratch database is created there and "
             "dropped after the run (default: the install's database kind).",
         )
-        parser.add_argument("--seed-only", action="store_true", help="(internal)")
-        parser.add_argument("--verify", default="", help="(internal) acknowledged decisions")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        if options["seed_only"]:
-            seed(reviewers=options["reviewers"], items=options["reviewers"] * 40)
-            return
-        if options["verify"]:
-            verify(Path(options["verify"]))
-            return
+    def outside(self, options: dict[str, Any]) -> dict[str, Any]:
         port = options["port"] or free_port()
-        with (
-            tempfile.TemporaryDirectory(prefix="icrlhf-bench-review-") as folder,
-            world_database(Path(folder), options["database_url"]) as database_url,
-        ):
-            # Every simulated reviewer logs in from 127.0.0.1: lift the per-address limit.
-            env = world_env(
-                Path(folder), database_url=database_url, LOGIN_ATTEMPTS_PER_MINUTE="100000"
-            )
-            world_migrate(env)
-            manage_run(env, "bench_review", "--seed-only", "--reviewers", str(options["reviewers"]))
-            manage_run(env, "collectstatic", "--noinput", "-v", "0")
-            server = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gunicorn",
-                    "icrlhf.wsgi",
-                    "--bind",
-                    f"127.0.0.1:{port}",
-                    "--workers",
-                    "3",
-                    "--threads",
-                    "4",
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
+        # Every simulated reviewer logs in from 127.0.0.1: lift the per-address limit.
+        with world(
+            "bench-review",
+            database_url=options["database_url"],
+            LOGIN_ATTEMPTS_PER_MINUTE="100000",
+        ) as here:
+            here.inside("bench_review", {**options, "phase": "seed"})
+            here.manage("collectstatic", "--noinput", "-v", "0")
+            web = here.spawn("web", web_command(port, workers=WEB_WORKERS))
             base = f"http://127.0.0.1:{port}"
-            try:
-                wait_until(
-                    lambda: http_ok(f"{base}/accounts/login/"), timeout_s=30, what="gunicorn"
-                )
-                result = load(base, options)
-            finally:
-                server.terminate()
-                server.wait(timeout=15)
-            acknowledged = Path(folder) / "acknowledged.json"
-            acknowledged.write_text(json.dumps(result.pop("acknowledged")))
-            manage_run(env, "bench_review", "--verify", str(acknowledged))
-            result.update(json.loads(acknowledged.with_suffix(".verified.json").read_text()))
+            wait_until(lambda: http_ok(f"{base}/accounts/login/"), timeout_s=30, what="gunicorn")
+            result = load(base, options)
+            web.process.terminate()
+            web.process.wait(timeout=15)
+            acknowledged = result.pop("acknowledged")
+            result.update(
+                here.inside("bench_review", {"phase": "verify", "acknowledged": acknowledged})
+            )
+        return result
+
+    def measure(self, options: dict[str, Any]) -> dict[str, Any]:
+        if options["phase"] == "seed":
+            seed(reviewers=options["reviewers"], items=options["reviewers"] * 40)
+            return {}
+        return verify([(name, item_id) for name, item_id in options["acknowledged"]])
+
+    def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
         self.stdout.write(
-            f"Review page with {result['reviewers']} concurrent reviewers (gunicorn, 3 workers × "
-            f"4 threads, {options['think']} s think time): p50 {result['review_page_p50_ms']:.1f} "
-            f"ms, p95 {result['review_page_p95_ms']:.1f} ms over {result['loads']} loads, "
-            f"{result['errors']} errors, {result['decisions']} decisions (target p95 ≤ 150 ms)"
+            f"Review page with {result['reviewers']} concurrent reviewers (gunicorn, "
+            f"{WEB_WORKERS} workers × 4 threads, {options['think']} s think time): p50 "
+            f"{result['review_page_p50_ms']:.1f} ms, p95 {result['review_page_p95_ms']:.1f} ms "
+            f"over {result['loads']} loads, {result['errors']} errors, {result['decisions']} "
+            "decisions (target p95 ≤ 150 ms)"
         )
         self.stdout.write(
             f"Integrity: {result['decisions_acknowledged']} decisions acknowledged, "
@@ -121,8 +89,6 @@ class Command(BaseCommand):
         )
         for sample in result["error_samples"]:
             self.stdout.write(f"  error: {sample}")
-        if options["json"]:
-            self.stdout.write(json.dumps(result, sort_keys=True))
 
 
 def seed(*, reviewers: int, items: int) -> None:
@@ -266,14 +232,13 @@ def load(base: str, options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def verify(acknowledged_file: Path) -> None:
+def verify(acknowledged: list[tuple[str, int]]) -> dict[str, int]:
     """Checks the world's database against what the reviewers were told was saved."""
     from django.db import models
     from django.db.models import Count
 
     from icrlhf.review.models import Decision
 
-    acknowledged = [tuple(pair) for pair in json.loads(acknowledged_file.read_text())]
     standing = Decision.objects.standing()
     saved = set(standing.values_list("reviewer__username", "item_id"))
     twice = (
@@ -282,13 +247,9 @@ def verify(acknowledged_file: Path) -> None:
         .filter(count__gt=models.F("item__queue__reviewers_per_item"))
         .count()
     )
-    acknowledged_file.with_suffix(".verified.json").write_text(
-        json.dumps(
-            {
-                "decisions_acknowledged": len(acknowledged),
-                "decisions_lost": sum(1 for pair in acknowledged if pair not in saved),
-                "acknowledged_twice": len(acknowledged) - len(set(acknowledged)),
-                "items_decided_twice": twice,
-            }
-        )
-    )
+    return {
+        "decisions_acknowledged": len(acknowledged),
+        "decisions_lost": sum(1 for pair in acknowledged if pair not in saved),
+        "acknowledged_twice": len(acknowledged) - len(set(acknowledged)),
+        "items_decided_twice": twice,
+    }

@@ -1,0 +1,182 @@
+"""The one harness of the benchmarks and the fault suite: a throw-away world, a run inside it,
+its result as JSON, and the percentiles every benchmark reports.
+
+A world has its own database, Qdrant folder and broker queue, so a benchmark never touches the
+data of a running install. Its database is a SQLite file, or a database created for the run
+(and dropped after it) on a PostgreSQL server: the one `--database-url` names, else the
+install's own when that is PostgreSQL. So benchmarks run on whichever database the install
+uses.
+
+A `WorldCommand` runs twice: outside, it builds the world (and whatever the world needs
+started beside it: an LLM endpoint, a worker, a web server) and reports; inside (`--inner`,
+in a child process configured for the world), it measures and returns a JSON-able result.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlparse, urlunparse
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+
+from icrlhf.ops.stack import Child, Stack, celery_worker_command
+
+ROOT = Path(__file__).resolve().parents[1]
+MANAGE = [sys.executable, str(ROOT / "manage.py")]
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank percentile (q in 0–100); NaN for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def database_url_of(database: Mapping[str, Any]) -> str:
+    """The DATABASE_URL of a Django database (after the test runner renamed it, the test
+    database's), for the processes a test or benchmark starts."""
+    if database["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{database['NAME']}"
+    credentials = quote(database.get("USER") or "", safe="")
+    if database.get("PASSWORD"):
+        credentials += ":" + quote(database["PASSWORD"], safe="")
+    host = database.get("HOST") or "127.0.0.1"
+    port = f":{database['PORT']}" if database.get("PORT") else ""
+    at = "@" if credentials else ""
+    return f"postgres://{credentials}{at}{host}{port}/{quote(database['NAME'], safe='')}"
+
+
+@contextmanager
+def world_database(folder: Path, server_url: str = "") -> Iterator[str]:
+    """A scratch database for one world, yielded as its DATABASE_URL and dropped afterwards."""
+    installed = settings.DATABASES["default"]
+    if not server_url and installed["ENGINE"].endswith("postgresql"):
+        server_url = database_url_of(installed)
+    if not server_url:
+        yield f"sqlite:///{folder / 'world.sqlite3'}"
+        return
+    import psycopg
+
+    server = urlparse(server_url)
+    if server.scheme not in {"postgres", "postgresql", "pgsql"}:
+        raise ValueError(f"--database-url must be a PostgreSQL URL, not {server.scheme}://")
+    name = f"icrlhf_world_{uuid.uuid4().hex[:12]}"
+    admin_url = urlunparse(server._replace(scheme="postgresql"))
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlunparse(server._replace(path=f"/{name}"))
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def world_env(folder: Path, *, database_url: str, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "icrlhf.settings",
+        "SECRET_KEY": settings.SECRET_KEY,
+        "ICRLHF_VAR_DIR": str(folder),
+        "EMBEDDING_MODEL_DIR": str(settings.EMBEDDING_MODEL_DIR),
+        "DATABASE_URL": database_url,
+        "QDRANT_URL": "",
+        "QDRANT_PATH": str(folder / "qdrant"),
+        "CELERY_QUEUE": f"icrlhf-bench-{uuid.uuid4().hex[:8]}",
+        "LOG_LEVEL": "WARNING",
+        **extra,
+    }
+
+
+@dataclass
+class World:
+    folder: Path
+    env: dict[str, str]
+    stack: Stack
+
+    def manage(self, *args: str) -> None:
+        """`manage.py <args>` in a child process configured for this world."""
+        subprocess.run([*MANAGE, *args], env=self.env, check=True, cwd=ROOT)
+
+    def spawn(self, name: str, command: list[str]) -> Child:
+        """A part of this world, stopped with it (log: <folder>/<name>.log)."""
+        return self.stack.spawn(name, command, env=self.env)
+
+    def worker(self, *, concurrency: int) -> Child:
+        """A real Celery worker on the world's queue."""
+        return self.spawn(
+            "worker",
+            celery_worker_command(
+                "--concurrency", str(concurrency), "--without-mingle", "--without-gossip"
+            ),
+        )
+
+    def inside(self, command: str, options: Mapping[str, Any]) -> Any:
+        """Runs `manage.py <command> --inner` in this world with these options; its result."""
+        (self.folder / "options.json").write_text(json.dumps(options, default=str))
+        self.manage(command, "--inner", str(self.folder))
+        return json.loads((self.folder / "result.json").read_text())
+
+
+@contextmanager
+def world(name: str, *, database_url: str = "", **env: str) -> Iterator[World]:
+    """A migrated throw-away world; `env` adds settings for its processes. Everything started
+    in it is stopped, and its database dropped, when the block ends."""
+    with (
+        tempfile.TemporaryDirectory(prefix=f"icrlhf-{name}-") as folder,
+        world_database(Path(folder), database_url) as url,
+    ):
+        here = World(
+            folder=Path(folder),
+            env=world_env(Path(folder), database_url=url, **env),
+            stack=Stack(log_dir=Path(folder) / "logs"),
+        )
+        try:
+            here.manage("migrate", "--noinput", "-v", "0")
+            yield here
+        finally:
+            here.stack.stop()
+
+
+class WorldCommand(BaseCommand):
+    """A benchmark measured inside a throw-away world: subclasses add their options, build the
+    world in `outside` (usually `with world(...) as w: return w.inside(name, options)`),
+    measure in `measure` and print in `report`. `--json` ends the output with the result."""
+
+    def add_options(self, parser: CommandParser) -> None:
+        """The command's own options."""
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        self.add_options(parser)
+        parser.add_argument("--json", action="store_true", help="End with one JSON line.")
+        parser.add_argument("--inner", default="", help=argparse.SUPPRESS)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["inner"]:
+            folder = Path(options["inner"])
+            inner_options = json.loads((folder / "options.json").read_text())
+            (folder / "result.json").write_text(json.dumps(self.measure(inner_options)))
+            return
+        result = self.outside(options)
+        self.report(result, options)
+        if options["json"]:
+            self.stdout.write(json.dumps(result, sort_keys=True))
+
+    def outside(self, options: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def measure(self, options: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
+        raise NotImplementedError
