@@ -22,7 +22,7 @@ help:
 	@echo "make bench  - run the benchmarks (local LLM speed, pipeline and review page on both"
 	@echo "              databases, curation, export, learning curve)"
 	@echo "make chaos  - inject faults into the real loop and print what was lost or stuck"
-	@echo "make lint   - ruff and mypy"
+	@echo "make lint   - ruff, mypy and the import layers (import-linter)"
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Python 3.12 or newer is required (set PYTHON=...)"; exit 1; }
@@ -69,9 +69,7 @@ browser:
 
 # The whole suite on SQLite, then on PostgreSQL when one answers (DATABASE_URL, else
 # 127.0.0.1:5432); it says which databases it ran on.
-test: install-test models browser
-	$(BIN)/ruff check .
-	$(BIN)/mypy icrlhf worker
+test: install-test models browser lint
 	tools/run-tests $(BIN)/python $(PYTEST_ARGS)
 
 # The pipeline and review benchmarks run on SQLite, then on PostgreSQL when one answers.
@@ -91,6 +89,9 @@ bench: install-test models secret-key
 chaos: install-test models secret-key
 	$(BIN)/python manage.py chaos $(CHAOS_ARGS)
 
+# Style, types, and the layers of pyproject's import-linter contract.
 lint: install-test
 	$(BIN)/ruff check .
-	$(BIN)/mypy icrlhf worker
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy icrlhf worker bench
+	$(BIN)/lint-imports --no-logo --no-cache

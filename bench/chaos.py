@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,12 +22,12 @@ from django.contrib.auth.models import User
 from django.db.models import Max
 
 from icrlhf.generation.models import Candidate
+from icrlhf.generation.services import item_create
 from icrlhf.memory.models import Example
 from icrlhf.memory.tasks import memory_check
 from icrlhf.memory.through_worker import run_in_worker
 from icrlhf.ops.stack import Child, Stack, celery_worker_command, free_port, wait_until
 from icrlhf.queues.models import Item, Queue
-from icrlhf.queues.services import item_create
 from icrlhf.review.models import Decision
 from icrlhf.review.services import DecisionConflict, decision_record
 from tests.support.fixed_latency_llm import FaultyLLM
@@ -144,6 +145,12 @@ class ChaosWorld:
         self.stack.stop()
         self.llm.stop()
 
+    def _worker_log_tail(self, lines: int = 15) -> list[str]:
+        logs = sorted(self.stack.log_dir.glob("worker*.log"))
+        if not logs:
+            return []
+        return logs[-1].read_text(errors="replace").splitlines()[-lines:]
+
     # --- the product's loop ----------------------------------------------------------------
     def items_create(self, count: int) -> list[int]:
         return [
@@ -204,12 +211,21 @@ class ChaosWorld:
         attempts = Candidate.objects.filter(generation__item_id__in=item_ids).aggregate(
             most=Max("attempts")
         )["most"]
+        unindexed = self.examples_settle(decision_ids)
+        notes = []
+        if unindexed:  # say where they stopped, so a rare failure can be told apart
+            states = Example.objects.filter(decision_id__in=decision_ids).values_list(
+                "index_state", flat=True
+            )
+            notes.append(f"example index states: {sorted(Counter(states).items())}")
+            notes += [f"worker log: {line}" for line in self._worker_log_tail()]
         return Outcome(
+            notes=notes,
             fault=fault,
             runs=1,
             decisions_made=len(decision_ids),
             decisions_lost=len(decision_ids) - saved,
-            examples_unindexed=self.examples_settle(decision_ids),
+            examples_unindexed=unindexed,
             items_stuck=self._items_stuck(item_ids),
             candidates_stuck=self._candidates_stuck(item_ids),
             max_attempts=attempts or 0,

@@ -13,11 +13,11 @@ from django.contrib.auth.models import User
 from bench.learning import Counts, Labelled, banking77_split, label_of, significance, summarise
 from icrlhf.generation.models import Candidate
 from icrlhf.generation.prompts import PromptExample, messages_build
+from icrlhf.generation.services import item_create
 from icrlhf.integrations import llm
 from icrlhf.memory.models import Example
 from icrlhf.ops.stack import wait_until
 from icrlhf.queues.models import Item, Queue
-from icrlhf.queues.services import item_create
 from icrlhf.review.services import decision_record
 
 MAX_TOKENS = 12  # An intent label is a few tokens; more only adds chatter.

@@ -174,7 +174,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "queues:list"
+LOGIN_REDIRECT_URL = "review:queue_list"
 # Login attempts per minute, counted per client address and per user name.
 LOGIN_ATTEMPTS_PER_MINUTE = env_int("LOGIN_ATTEMPTS_PER_MINUTE", 10)
 # API calls per minute per token (and failed authentications per client address).

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from icrlhf.ingest.importing import ImportFileError, tickets_import
+from icrlhf.kinds.triage import TriageFields, TriageParseError, triage_parse
 from icrlhf.queues.models import Item
 from icrlhf.review.models import Decision
-from icrlhf.triage.fields import TriageFields, TriageParseError, triage_parse
 from tests.factories import ItemFactory, ready_generation
 
 pytestmark = pytest.mark.django_db

@@ -3,8 +3,10 @@ import random
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F, Q
@@ -17,10 +19,11 @@ from icrlhf.generation.prompts import PromptExample, messages_build
 from icrlhf.integrations import llm
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.vectors import VectorStoreUnavailable
+from icrlhf.kinds.triage import TriageParseError, triage_instructions, triage_parse
 from icrlhf.memory import selectors as memory_selectors
 from icrlhf.memory import services as memory_services
+from icrlhf.queues import services as queue_services
 from icrlhf.queues.models import Item, Queue
-from icrlhf.triage.fields import TriageParseError, triage_instructions, triage_parse
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +58,36 @@ def _candidate_lease() -> timedelta:
 
 
 @transaction.atomic
+@transaction.atomic
+def item_create(
+    *,
+    queue: Queue,
+    input_text: str,
+    created_by: User | None,
+    n_candidates: int | None = None,
+    source: str = Item.Source.UI,
+    **ticket_fields: Any,
+) -> Item:
+    """Create an item and start its first generation (enqueued once the transaction commits).
+
+    `ticket_fields` are Item's ticket columns (subject, body, customer, channel, priority,
+    sla_due_at, external_id, category), already validated by the caller."""
+    text = queue_services.item_input_validate(input_text=input_text)
+    count = queue_services.candidate_count_validate(
+        n_candidates=queue.n_candidates if n_candidates is None else n_candidates
+    )
+    item = Item.objects.create(
+        queue=queue,
+        input_text=text,
+        source=source,
+        created_by=created_by,
+        status=Item.Status.GENERATING,
+        **ticket_fields,
+    )
+    generation_start(item=item, n_candidates=count)
+    return item
+
+
 def generation_start(*, item: Item, n_candidates: int) -> Generation:
     """Create a generation and its N pending candidates; prepare it once this commits."""
     queue = item.queue
@@ -167,7 +200,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
         request=item.input_text,
     )
     with transaction.atomic():
-        memory_services.retrievals_record(generation=generation, retrieved=retrieved)
+        memory_services.retrievals_record(generation_id=generation.pk, retrieved=retrieved)
         Generation.objects.filter(pk=generation_id).update(
             status=Generation.Status.RUNNING,
             messages=messages,

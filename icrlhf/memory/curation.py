@@ -7,6 +7,7 @@ deletion for a deleted example."""
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from datetime import datetime
 from uuid import UUID
 
 from django.contrib.auth.models import User
@@ -17,9 +18,8 @@ from django.utils import timezone
 
 from icrlhf.integrations import vectors
 from icrlhf.memory import tasks
-from icrlhf.memory.models import CurationEvent, Example
+from icrlhf.memory.models import CurationEvent, Example, Retrieval
 from icrlhf.queues.models import Queue
-from icrlhf.review.models import Decision
 
 MAX_WEIGHT = 10.0
 
@@ -132,19 +132,23 @@ def examples_merge(*, ids: Sequence[UUID], actor: User | None) -> Example:
     return keep
 
 
-def examples_usage_record(*, decision: Decision, undo: bool = False) -> None:
-    """Credit (or, on undo, debit) the examples the decided generation was prompted with:
+def examples_usage_record(
+    *, generation_id: int, generated_at: datetime, accepted: bool, undo: bool = False
+) -> None:
+    """Credit (or, on undo, debit) the examples a decided generation was prompted with:
     retrieved once more, accepted if the reviewer took a candidate as it was."""
     step = -1 if undo else 1
-    accepted = step if decision.verdict == Decision.Verdict.CHOSEN else 0
-    example_ids = list(decision.generation.retrievals.values_list("example_id", flat=True))
+    accepted_step = step if accepted else 0
+    example_ids = list(
+        Retrieval.objects.filter(generation_id=generation_id).values_list("example_id", flat=True)
+    )
     if not example_ids:
         return
     examples = Example.objects.filter(pk__in=example_ids)
     examples.update(
         times_retrieved=F("times_retrieved") + step,
-        times_accepted=F("times_accepted") + accepted,
-        last_retrieved_at=decision.generation.created_at,
+        times_accepted=F("times_accepted") + accepted_step,
+        last_retrieved_at=generated_at,
     )
     for example in examples.only("pk", "times_retrieved", "times_accepted"):
         Example.objects.filter(pk=example.pk).update(

@@ -3,9 +3,10 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from icrlhf.generation.models import Candidate, Generation
 from icrlhf.queues.models import Queue
-from icrlhf.review.models import Decision
+
+# Memory sits below generation and review in the layers (pyproject's import-linter contract):
+# it references their rows by the lazy "app.Model" form, so its code never imports theirs.
 
 
 class Example(models.Model):
@@ -27,9 +28,11 @@ class Example(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="examples")
-    decision = models.ForeignKey(Decision, on_delete=models.CASCADE, related_name="examples")
+    decision = models.ForeignKey(
+        "review.Decision", on_delete=models.CASCADE, related_name="examples"
+    )
     candidate = models.ForeignKey(
-        Candidate,
+        "generation.Candidate",
         null=True,
         blank=True,
         on_delete=models.SET_NULL,
@@ -82,7 +85,9 @@ class Example(models.Model):
 class Retrieval(models.Model):
     """An example retrieved into a generation's prompt, with its similarity and rank."""
 
-    generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="retrievals")
+    generation = models.ForeignKey(
+        "generation.Generation", on_delete=models.CASCADE, related_name="retrievals"
+    )
     example = models.ForeignKey(Example, on_delete=models.CASCADE, related_name="retrievals")
     score = models.FloatField()
     rank = models.PositiveSmallIntegerField()

@@ -1,6 +1,7 @@
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
@@ -8,13 +9,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from icrlhf.generation.models import Candidate, Generation
 from icrlhf.integrations import embeddings, vectors
 from icrlhf.memory import tasks
 from icrlhf.memory.models import Example, Retrieval
 from icrlhf.memory.selectors import RetrievedExample
-from icrlhf.review.models import Decision
-from icrlhf.triage.fields import fields_text
 
 logger = logging.getLogger(__name__)
 
@@ -24,45 +22,41 @@ REJECTED_REWARD = 0.0
 _SWEEP_GRACE = timedelta(seconds=30)
 
 
-def examples_record(*, decision: Decision) -> list[Example]:
-    """Turn a decision into rewarded examples and index them once the decision commits.
+@dataclass(frozen=True)
+class ExampleDraft:
+    """One answer a decision teaches: the candidate it came from (none for a reviewer's own
+    text) and the text later prompts will show."""
 
-    Chosen or edited: the final text is preferred (1.0); every candidate that was not chosen,
-    including the one an edit started from, is rejected (0.0). None acceptable: all rejected.
-    Must run inside the decision's transaction.
-    """
-    queue_id = decision.item.queue_id
-    input_text = decision.item.input_text
-    examples: list[Example] = []
-    if decision.verdict != Decision.Verdict.NONE_ACCEPTABLE:
-        examples.append(
-            Example(
-                queue_id=queue_id,
-                decision=decision,
-                candidate=decision.chosen_candidate,
-                input_text=input_text,
-                output_text=decision.final_text,
-                reward=PREFERRED_REWARD,
-                role=Example.Role.PREFERRED,
-            )
-        )
-    rejected = decision.generation.candidates.filter(status=Candidate.Status.DONE)
-    if decision.verdict == Decision.Verdict.CHOSEN and decision.chosen_candidate_id is not None:
-        rejected = rejected.exclude(pk=decision.chosen_candidate_id)
-    examples.extend(
+    candidate_id: int | None
+    output_text: str
+
+
+def examples_record(
+    *,
+    decision_id: int,
+    queue_id: int,
+    input_text: str,
+    preferred: ExampleDraft | None,
+    rejected: Sequence[ExampleDraft],
+) -> list[Example]:
+    """Store what a decision teaches as rewarded examples (preferred 1.0, rejected 0.0) and
+    index them once the decision commits. Must run inside the decision's transaction."""
+    drafts = (
+        [(preferred, PREFERRED_REWARD, Example.Role.PREFERRED)] if preferred is not None else []
+    )
+    drafts += [(draft, REJECTED_REWARD, Example.Role.REJECTED) for draft in rejected]
+    examples = Example.objects.bulk_create(
         Example(
             queue_id=queue_id,
-            decision=decision,
-            candidate=candidate,
+            decision_id=decision_id,
+            candidate_id=draft.candidate_id,
             input_text=input_text,
-            # A triage candidate is remembered in the same form as a confirmed triage.
-            output_text=fields_text(candidate.fields) if candidate.fields else candidate.text,
-            reward=REJECTED_REWARD,
-            role=Example.Role.REJECTED,
+            output_text=draft.output_text,
+            reward=reward,
+            role=role,
         )
-        for candidate in rejected
+        for draft, reward, role in drafts
     )
-    Example.objects.bulk_create(examples)
     example_ids = [str(example.pk) for example in examples]
     # robust: with the broker down the decision still succeeds; the examples stay pending and
     # the memory sweeper indexes them once the broker is back.
@@ -70,10 +64,11 @@ def examples_record(*, decision: Decision) -> list[Example]:
     return examples
 
 
-def examples_withdraw(*, decision: Decision) -> None:
+def examples_withdraw(*, decision_id: int) -> None:
     """An undone decision's examples leave the memory: retired, and their points deleted."""
-    example_ids = [str(pk) for pk in decision.examples.values_list("pk", flat=True)]
-    decision.examples.update(status=Example.Status.RETIRED)
+    examples = Example.objects.filter(decision_id=decision_id)
+    example_ids = [str(pk) for pk in examples.values_list("pk", flat=True)]
+    examples.update(status=Example.Status.RETIRED)
     transaction.on_commit(lambda: tasks.examples_unindex.delay(example_ids), robust=True)
 
 
@@ -89,9 +84,9 @@ def examples_unindex(*, example_ids: Sequence[UUID | str]) -> None:
     )
 
 
-def retrievals_record(*, generation: Generation, retrieved: Sequence[RetrievedExample]) -> None:
+def retrievals_record(*, generation_id: int, retrieved: Sequence[RetrievedExample]) -> None:
     Retrieval.objects.bulk_create(
-        Retrieval(generation=generation, example=r.example, score=r.score, rank=r.rank)
+        Retrieval(generation_id=generation_id, example=r.example, score=r.score, rank=r.rank)
         for r in retrieved
     )
 

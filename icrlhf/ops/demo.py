@@ -11,8 +11,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from icrlhf.generation.services import item_create
 from icrlhf.queues.models import Queue
-from icrlhf.queues.services import item_create
 
 DEMO_USERNAME = "demo"
 DEMO_QUEUE_SLUG = "banking-support"

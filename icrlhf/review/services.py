@@ -12,9 +12,13 @@ from django.utils import timezone
 from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.integrations import webhooks
+from icrlhf.kinds.triage import fields_text
 from icrlhf.memory import services as memory_services
 from icrlhf.memory.curation import examples_usage_record
+from icrlhf.memory.services import ExampleDraft
 from icrlhf.queues.models import Item, Queue
+from icrlhf.review import tasks
 from icrlhf.review.models import Claim, Decision
 from icrlhf.triage.services import triage_apply, triage_final
 from icrlhf.triage.sla import sla_ordered
@@ -235,10 +239,12 @@ def decision_record(
         raise DecisionConflict(
             "You have already decided this item; your choice was not saved."
         ) from error
-    memory_services.examples_record(decision=decision)
-    examples_usage_record(decision=decision)
+    _memory_teach(decision)
+    _memory_credit(decision)
     if final_fields is not None:
-        triage_apply(decision=decision)
+        triage_apply(item_id=item.pk, fields=final_fields)
+        if item.queue.webhook_url:
+            transaction.on_commit(lambda: tasks.ticket_webhook.delay(decision.pk), robust=True)
     Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
     _item_settle(item)
     return decision
@@ -276,14 +282,52 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
         raise DecisionConflict("The undo window has passed; the decision stands.")
     decision.superseded_at = now
     decision.save(update_fields=["superseded_at"])
-    memory_services.examples_withdraw(decision=decision)
-    examples_usage_record(decision=decision, undo=True)
+    memory_services.examples_withdraw(decision_id=decision.pk)
+    _memory_credit(decision, undo=True)
     item = _lock_item(decision.item_id)
     _item_settle(item)
     Claim.objects.update_or_create(
         item=item, reviewer=reviewer, defaults={"expires_at": now + _claim_ttl(), "skipped": False}
     )
     return decision
+
+
+def _memory_teach(decision: Decision) -> None:
+    """What a decision teaches the memory: its final answer is preferred (unless none was
+    acceptable); every other finished candidate is rejected, including one an edit started
+    from. A triage candidate is remembered in the same form as a confirmed triage."""
+    preferred = None
+    if decision.verdict != Decision.Verdict.NONE_ACCEPTABLE:
+        preferred = ExampleDraft(
+            candidate_id=decision.chosen_candidate_id, output_text=decision.final_text
+        )
+    rejected = decision.generation.candidates.filter(status=Candidate.Status.DONE)
+    if decision.verdict == Decision.Verdict.CHOSEN and decision.chosen_candidate_id is not None:
+        rejected = rejected.exclude(pk=decision.chosen_candidate_id)
+    memory_services.examples_record(
+        decision_id=decision.pk,
+        queue_id=decision.item.queue_id,
+        input_text=decision.item.input_text,
+        preferred=preferred,
+        rejected=[
+            ExampleDraft(
+                candidate_id=candidate.pk,
+                output_text=fields_text(candidate.fields) if candidate.fields else candidate.text,
+            )
+            for candidate in rejected
+        ],
+    )
+
+
+def _memory_credit(decision: Decision, *, undo: bool = False) -> None:
+    """The examples the decided generation was prompted with helped if a candidate was taken
+    as it was."""
+    examples_usage_record(
+        generation_id=decision.generation_id,
+        generated_at=decision.generation.created_at,
+        accepted=decision.verdict == Decision.Verdict.CHOSEN,
+        undo=undo,
+    )
 
 
 def _final_text(*, verdict: str, chosen: Candidate | None, final_text: str) -> tuple[str, str]:
@@ -318,3 +362,27 @@ def _candidate_for(
     if candidate.status != Candidate.Status.DONE:
         raise ValidationError("That candidate has no answer to pick.")
     return candidate
+
+
+def ticket_webhook_send(*, decision_id: int) -> None:
+    decision = Decision.objects.select_related("item__queue", "reviewer").get(pk=decision_id)
+    item, queue = decision.item, decision.item.queue
+    if not queue.webhook_url or decision.superseded_at is not None:
+        return
+    payload = {
+        "event": "ticket.triaged",
+        "ticket": {
+            "id": item.pk,
+            "external_id": item.external_id,
+            "subject": item.subject,
+            "status": item.ticket_status,
+        },
+        "triage": decision.final_fields,
+        "verdict": decision.verdict,
+        "decided_by": decision.reviewer.get_username(),
+        "decided_at": decision.created_at.isoformat(),
+        "queue": queue.slug,
+    }
+    webhooks.post_signed(
+        url=queue.webhook_url, secret=queue.webhook_secret, event="ticket.triaged", payload=payload
+    )

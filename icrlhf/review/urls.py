@@ -1,9 +1,11 @@
 from django.urls import path
 
-from icrlhf.review import views
+from icrlhf.review import queue_views, views
 
 app_name = "review"
 urlpatterns = [
+    path("", queue_views.queue_list, name="queue_list"),
+    path("q/<slug:slug>/", queue_views.queue_detail, name="queue_detail"),
     path("q/<slug:slug>/review/", views.queue_review, name="queue"),
     path("q/<slug:slug>/review/next/", views.next_item, name="next"),
     path("items/<int:item_id>/", views.item_detail, name="item"),
@@ -11,4 +13,6 @@ urlpatterns = [
     path("items/<int:item_id>/decide/", views.decide, name="decide"),
     path("items/<int:item_id>/skip/", views.skip, name="skip"),
     path("decisions/<int:decision_id>/undo/", views.undo, name="undo"),
+    path("items/<int:item_id>/regenerate/", views.item_regenerate, name="item_regenerate"),
+    path("candidates/<int:candidate_id>/retry/", views.candidate_retry, name="candidate_retry"),
 ]

@@ -15,6 +15,7 @@ from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
 from icrlhf.generation import selectors as generation_selectors
+from icrlhf.generation.models import Candidate
 from icrlhf.queues.access import can_review, queue_for_member, review_check
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review import selectors, services
@@ -197,7 +198,7 @@ def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
         messages.warning(request, str(error))
         back = request.POST.get("back", "")
         if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
-            back = reverse("queues:list")  # never send people to another site
+            back = reverse("review:queue_list")  # never send people to another site
         return redirect(back)
     request.session.pop(_UNDO_SESSION_KEY, None)
     messages.success(request, f"Undone: item {decision.item_id} is yours to decide again.")
@@ -211,3 +212,42 @@ def skip(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     services.claim_release(item_id=item.pk, reviewer=request.user, skipped=True)
     messages.info(request, f"Skipped item {item.pk}.")
     return _go_to_next(request, item.queue)
+
+
+@require_POST
+def candidate_retry(request: HttpRequest, candidate_id: int) -> HttpResponse:
+    candidate = get_object_or_404(
+        Candidate.objects.select_related("generation__item__queue"), pk=candidate_id
+    )
+    item = candidate.generation.item
+    review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
+    try:
+        services.candidate_retry(
+            candidate_id=candidate.pk,
+            reviewer=request.user,  # type: ignore[arg-type]  # login is required
+        )
+    except services.DecisionConflict as error:
+        messages.error(request, str(error))
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.info(request, f"Retrying candidate {candidate.label}.")
+    return redirect("review:item", item_id=item.pk)
+
+
+@require_POST
+def item_regenerate(request: HttpRequest, item_id: int) -> HttpResponse:
+    item = get_object_or_404(Item, pk=item_id)
+    review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
+    try:
+        services.item_regenerate(
+            item_id=item.pk,
+            reviewer=request.user,  # type: ignore[arg-type]  # login is required
+        )
+    except services.DecisionConflict as error:
+        messages.error(request, str(error))
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.info(request, "Generating a new set of candidates.")
+    return redirect("review:item", item_id=item.pk)

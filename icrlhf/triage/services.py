@@ -7,12 +7,9 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from icrlhf.generation.models import Candidate
-from icrlhf.integrations import webhooks
+from icrlhf.generation.services import item_create
+from icrlhf.kinds.triage import TriageFields, TriageParseError, fields_validate
 from icrlhf.queues.models import Item, Queue
-from icrlhf.queues.services import item_create
-from icrlhf.review.models import Decision
-from icrlhf.triage import tasks
-from icrlhf.triage.fields import TriageFields, TriageParseError, fields_validate
 from icrlhf.triage.sla import sla_due
 
 logger = logging.getLogger(__name__)
@@ -98,38 +95,11 @@ def triage_final(
         raise ValidationError(f"The triage is incomplete: {error}") from error
 
 
-def triage_apply(*, decision: Decision) -> None:
-    """Write the confirmed triage back to the ticket, and tell the helpdesk (after commit)."""
-    fields = decision.final_fields or {}
-    Item.objects.filter(pk=decision.item_id).update(
+def triage_apply(*, item_id: int, fields: dict[str, str]) -> None:
+    """Write a confirmed triage back to its ticket."""
+    Item.objects.filter(pk=item_id).update(
         category=fields.get("category", ""),
         priority=fields.get("priority", Item.Priority.NORMAL),
         ticket_status=Item.TicketStatus.OPEN,
         triaged_at=timezone.now(),
-    )
-    if decision.item.queue.webhook_url:
-        transaction.on_commit(lambda: tasks.ticket_webhook.delay(decision.pk), robust=True)
-
-
-def ticket_webhook_send(*, decision_id: int) -> None:
-    decision = Decision.objects.select_related("item__queue", "reviewer").get(pk=decision_id)
-    item, queue = decision.item, decision.item.queue
-    if not queue.webhook_url or decision.superseded_at is not None:
-        return
-    payload = {
-        "event": "ticket.triaged",
-        "ticket": {
-            "id": item.pk,
-            "external_id": item.external_id,
-            "subject": item.subject,
-            "status": item.ticket_status,
-        },
-        "triage": decision.final_fields,
-        "verdict": decision.verdict,
-        "decided_by": decision.reviewer.get_username(),
-        "decided_at": decision.created_at.isoformat(),
-        "queue": queue.slug,
-    }
-    webhooks.post_signed(
-        url=queue.webhook_url, secret=queue.webhook_secret, event="ticket.triaged", payload=payload
     )

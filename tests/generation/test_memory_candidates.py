@@ -9,10 +9,10 @@ from django.test import Client
 
 from icrlhf.generation import services
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.services import item_create
 from icrlhf.memory import services as memory_services
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
-from icrlhf.queues.services import item_create
 from icrlhf.review.services import decision_record
 from tests.factories import ItemFactory, ready_generation
 

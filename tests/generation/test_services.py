@@ -11,8 +11,8 @@ from django.conf import LazySettings
 
 from icrlhf.generation import services, tasks
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.services import item_create
 from icrlhf.queues.models import Item
-from icrlhf.queues.services import item_create
 from tests.conftest import LLMAnswer
 from tests.factories import QueueFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM

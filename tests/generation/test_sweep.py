@@ -9,8 +9,8 @@ from django.utils import timezone
 
 from icrlhf.generation import services
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.services import item_create
 from icrlhf.queues.models import Item
-from icrlhf.queues.services import item_create
 from tests.conftest import LLMAnswer
 
 pytestmark = pytest.mark.django_db

@@ -7,9 +7,9 @@ import pytest
 from django.test import Client
 
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.services import item_create
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
-from icrlhf.queues.services import item_create
 from icrlhf.review.models import Decision
 from icrlhf.review.services import decision_record
 from tests.conftest import WorkerProcess, wait_for

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.services import item_create
 from icrlhf.generation.tasks import broker_backlog
 from icrlhf.queues.models import Item
-from icrlhf.queues.services import item_create
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM

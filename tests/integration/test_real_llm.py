@@ -11,10 +11,10 @@ import pytest
 from django.conf import settings
 
 from icrlhf.generation.models import Candidate
+from icrlhf.generation.services import item_create
 from icrlhf.memory.models import Example
 from icrlhf.ops.stack import free_port, http_ok
 from icrlhf.queues.models import Item
-from icrlhf.queues.services import item_create
 from icrlhf.review.services import decision_record
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory

@@ -110,7 +110,8 @@ def test_a_killed_llm_is_restarted_and_the_stack_carries_on(stack: RunningStack)
     # The LLM down for good: an item ends failed with a reason a person can read.
     assert "stopped" in stack.control("stop", "llm")
     stack.shell(
-        "from icrlhf.queues.models import Queue; from icrlhf.queues.services import item_create;"
+        "from icrlhf.queues.models import Queue;"
+        "from icrlhf.generation.services import item_create;"
         "q = Queue.objects.create(slug='t', name='T', n_candidates=1, memory_candidates=0);"
         "item_create(queue=q, input_text='Where is my card?', created_by=None)"
     )

@@ -16,7 +16,7 @@ from icrlhf.integrations.webhooks import WebhookTransientError
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review import services as review_services
-from icrlhf.triage import services, tasks
+from icrlhf.review import tasks as review_tasks
 from icrlhf.triage.sla import sla_ordered, sla_state
 from tests.factories import ItemFactory, ready_generation
 
@@ -167,8 +167,8 @@ def test_a_triaged_ticket_is_posted_signed_and_retried_on_a_5xx(
     assert len(callbacks) == 2  # index the examples, send the webhook
 
     with pytest.raises(WebhookTransientError, match="answered 503"):
-        services.ticket_webhook_send(decision_id=decision.pk)
-    result = tasks.ticket_webhook.apply(args=[decision.pk])  # eager: retries inline
+        review_services.ticket_webhook_send(decision_id=decision.pk)
+    result = review_tasks.ticket_webhook.apply(args=[decision.pk])  # eager: retries inline
     assert result.successful()
     headers, body = receiver.requests[-1]
     expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()

@@ -105,10 +105,10 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
     from django.contrib.auth import get_user_model
 
     from icrlhf.generation.models import Generation
+    from icrlhf.generation.services import item_create
     from icrlhf.integrations import llm
     from icrlhf.memory.models import Example
     from icrlhf.queues.models import Queue
-    from icrlhf.queues.services import item_create
     from icrlhf.review.services import decision_record
 
     reviewer = get_user_model().objects.create_user("bench-reviewer")
@@ -187,9 +187,9 @@ def _fairness(options: dict[str, Any], *, reviewer: Any, idle_wall_s: float) -> 
     """(d): one queue flooded with `--flood` items at N=8, then one item in another queue:
     its wall time against the same item's on the idle system (the median of (a))."""
     from icrlhf.generation.models import Candidate, Generation
+    from icrlhf.generation.services import item_create
     from icrlhf.generation.tasks import broker_backlog
     from icrlhf.queues.models import Queue
-    from icrlhf.queues.services import item_create
 
     if not options["flood"]:
         return {}

@@ -5,6 +5,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from icrlhf.accounts.ratelimit import attempt_allowed, seconds_left_in_window
+from icrlhf.generation.services import item_create
 from icrlhf.queues.access import (
     can_curate,
     can_review,
@@ -15,7 +16,6 @@ from icrlhf.queues.access import (
 from icrlhf.queues.forms import ItemCreateForm
 from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.selectors import queue_items_recent, queues_with_counts
-from icrlhf.queues.services import item_create
 from icrlhf.triage.forms import TicketCreateForm, TicketFilterForm
 from icrlhf.triage.selectors import tickets_for_queue
 from icrlhf.triage.services import ticket_create

@@ -1,9 +1,10 @@
 from celery import shared_task
 
 from icrlhf.integrations.webhooks import WebhookTransientError
-from icrlhf.triage import services
+from icrlhf.review import services
 
 
+# The name predates the task's move to review: messages already queued still find it.
 @shared_task(
     name="triage.ticket_webhook",
     autoretry_for=(WebhookTransientError,),
