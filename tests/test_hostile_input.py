@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from icrlhf.ingest.importing import ImportFileError, tickets_import
-from icrlhf.kinds.triage import TriageFields, TriageParseError, triage_parse
+from icrlhf.kinds.triage.fields import TriageFields, TriageParseError, triage_parse
 from icrlhf.queues.models import Item
 from icrlhf.review.models import Decision
 from tests.factories import ItemFactory, ready_generation

@@ -19,7 +19,7 @@ from icrlhf.generation.prompts import PromptExample, messages_build
 from icrlhf.integrations import llm
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.vectors import VectorStoreUnavailable
-from icrlhf.kinds.triage import TriageParseError, triage_instructions, triage_parse
+from icrlhf.kinds import kind_of
 from icrlhf.memory import selectors as memory_selectors
 from icrlhf.memory import services as memory_services
 from icrlhf.queues import services as queue_services
@@ -190,9 +190,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
     retrieval_ms = int((time.monotonic() - started) * 1000)
 
     messages = messages_build(
-        instructions=(
-            triage_instructions(queue.categories) if queue.kind == Queue.Kind.TRIAGE else ""
-        ),
+        instructions=kind_of(queue).instructions(queue),
         system_prompt=queue.system_prompt,
         guidelines=queue.guidelines,
         guidelines_version=queue.guidelines_version,
@@ -247,18 +245,14 @@ def _memory_candidates_fill(
     offers = offers[: min(queue.memory_candidates, len(pending))]
     now = timezone.now()
     for candidate, hit in zip(pending, offers, strict=False):
-        fields = None
-        if queue.kind == Queue.Kind.TRIAGE:
-            try:
-                fields = triage_parse(hit.example.output_text, queue.categories).as_dict()
-            except TriageParseError:
-                fields = None
+        parsed = kind_of(queue).parse(hit.example.output_text, queue)
         Candidate.objects.filter(pk=candidate.pk, status=Candidate.Status.PENDING).update(
             status=Candidate.Status.DONE,
             source=Candidate.Source.MEMORY,
             source_example=hit.example,
             text=hit.example.output_text,
-            fields=fields,
+            fields=parsed.fields,
+            parse_error=parsed.error,
             model="memory",
             latency_ms=0,
             started_at=now,
@@ -313,18 +307,11 @@ def candidate_generate(*, candidate_id: int) -> None:
     except llm.PermanentLLMError as error:
         candidate_fail(candidate_id=candidate_id, message=str(error))
         return
-    fields, parse_error = None, ""
-    if queue.kind == Queue.Kind.TRIAGE:
-        # An unparsable answer is kept, shown with its raw text and the reason: it may still
-        # be the best starting point for the reviewer's correction.
-        try:
-            fields = triage_parse(completion.text, queue.categories).as_dict()
-        except TriageParseError as error:
-            parse_error = str(error)
+    parsed = kind_of(queue).parse(completion.text, queue)
     Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.RUNNING).update(
         status=Candidate.Status.DONE,
-        fields=fields,
-        parse_error=parse_error,
+        fields=parsed.fields,
+        parse_error=parsed.error,
         text=completion.text,
         error="",
         model=completion.model,

@@ -7,6 +7,7 @@ from django.conf import settings
 from ninja import Field, Schema
 from pydantic import field_validator
 
+# Spelled out for the OpenAPI schema; tests/ingest/test_api_schema.py checks it against Item.
 Priority = Literal["low", "normal", "high", "urgent"]
 MAX_BATCH = 100
 

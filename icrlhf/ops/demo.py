@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from icrlhf.generation.services import item_create
-from icrlhf.queues.models import Queue
+from icrlhf.queues.models import Item, Queue
 
 DEMO_USERNAME = "demo"
 DEMO_QUEUE_SLUG = "banking-support"
@@ -96,7 +96,16 @@ def demo_triage_queue_ensure(*, data_dir: Path) -> tuple[Queue | None, int]:
     messages = banking77_messages(csv_path)
     rng = random.Random(77)
     intents = rng.sample(sorted(messages), DEMO_TRIAGE_TICKETS)
-    priorities = ["urgent", "high", "normal", "normal", "low", "high", "normal", "low"]
+    priorities = [
+        Item.Priority.URGENT,
+        Item.Priority.HIGH,
+        Item.Priority.NORMAL,
+        Item.Priority.NORMAL,
+        Item.Priority.LOW,
+        Item.Priority.HIGH,
+        Item.Priority.NORMAL,
+        Item.Priority.LOW,
+    ]
     for number, (intent, priority) in enumerate(zip(intents, priorities, strict=True)):
         text = messages[intent][1]
         ticket_create(

@@ -28,6 +28,8 @@ def queue_list(request: HttpRequest) -> HttpResponse:
 
 def queue_detail(request: HttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
+    # The ticket flow owns how a triage queue's items are created and listed (its form, its
+    # SLA-ordered list); other queues take a prompt.
     triage = queue.kind == Queue.Kind.TRIAGE
     form: forms.Form = (TicketCreateForm if triage else ItemCreateForm)(request.POST or None)
     if request.method == "POST":

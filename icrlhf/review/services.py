@@ -13,15 +13,13 @@ from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.integrations import webhooks
-from icrlhf.kinds.triage import fields_text
+from icrlhf.kinds import kind_of
 from icrlhf.memory import services as memory_services
 from icrlhf.memory.curation import examples_usage_record
 from icrlhf.memory.services import ExampleDraft
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review import tasks
 from icrlhf.review.models import Claim, Decision
-from icrlhf.triage.services import triage_apply, triage_final
-from icrlhf.triage.sla import sla_ordered
 
 MAX_COMMENT_CHARS = 5_000
 # How many of the oldest open items "next item" tries before saying the queue is empty.
@@ -105,13 +103,9 @@ def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
         )
         .filter(held__lt=F("queue__reviewers_per_item") - F("decided"))
     )
-    # Triage works the most urgent ticket first; other queues, the oldest item.
-    ordered = (
-        sla_ordered(candidates)
-        if queue.kind == Queue.Kind.TRIAGE
-        else candidates.order_by("created_at")
+    open_items = (
+        kind_of(queue).review_order(candidates).values_list("pk", flat=True)[:_NEXT_ITEM_WINDOW]
     )
-    open_items = ordered.values_list("pk", flat=True)[:_NEXT_ITEM_WINDOW]
     for item_id in open_items:
         if claim_take(item_id=item_id, reviewer=reviewer) is not None:
             return Item.objects.get(pk=item_id)
@@ -199,13 +193,19 @@ def decision_record(
         )
 
     chosen = _candidate_for(verdict=verdict, candidate_id=candidate_id, generation=generation)
-    final_fields = None
-    if item.queue.kind == Queue.Kind.TRIAGE and verdict != Decision.Verdict.NONE_ACCEPTABLE:
-        # Triage: the candidate's fields with the reviewer's corrections; any change is an edit.
-        confirmed = triage_final(
-            chosen=chosen, corrections=corrections or {}, categories=item.queue.categories
+    kind = kind_of(item.queue)
+    final = None
+    if verdict != Decision.Verdict.NONE_ACCEPTABLE:
+        final = kind.final(
+            picked_fields=chosen.fields if chosen is not None else None,
+            corrections=corrections or {},
+            queue=item.queue,
         )
-        final_fields, final_text = confirmed.as_dict(), confirmed.as_text()
+    final_fields = None
+    if final is not None:
+        # A kind with fields: the picked candidate's with the reviewer's corrections; any
+        # change is an edit.
+        final_fields, final_text = final.fields, final.text
         unchanged = chosen is not None and final_fields == chosen.fields
         verdict = Decision.Verdict.CHOSEN if unchanged else Decision.Verdict.EDITED
     else:
@@ -241,8 +241,8 @@ def decision_record(
         ) from error
     _memory_teach(decision)
     _memory_credit(decision)
-    if final_fields is not None:
-        triage_apply(item_id=item.pk, fields=final_fields)
+    if final is not None:
+        kind.on_decision(item_id=item.pk, final=final)
         if item.queue.webhook_url:
             transaction.on_commit(lambda: tasks.ticket_webhook.delay(decision.pk), robust=True)
     Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
@@ -295,12 +295,13 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
 def _memory_teach(decision: Decision) -> None:
     """What a decision teaches the memory: its final answer is preferred (unless none was
     acceptable); every other finished candidate is rejected, including one an edit started
-    from. A triage candidate is remembered in the same form as a confirmed triage."""
+    from. Each candidate is remembered in its kind's form (a triage as its fields)."""
     preferred = None
     if decision.verdict != Decision.Verdict.NONE_ACCEPTABLE:
         preferred = ExampleDraft(
             candidate_id=decision.chosen_candidate_id, output_text=decision.final_text
         )
+    kind = kind_of(decision.item.queue)
     rejected = decision.generation.candidates.filter(status=Candidate.Status.DONE)
     if decision.verdict == Decision.Verdict.CHOSEN and decision.chosen_candidate_id is not None:
         rejected = rejected.exclude(pk=decision.chosen_candidate_id)
@@ -312,7 +313,7 @@ def _memory_teach(decision: Decision) -> None:
         rejected=[
             ExampleDraft(
                 candidate_id=candidate.pk,
-                output_text=fields_text(candidate.fields) if candidate.fields else candidate.text,
+                output_text=kind.example_text(text=candidate.text, fields=candidate.fields),
             )
             for candidate in rejected
         ],

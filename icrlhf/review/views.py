@@ -16,6 +16,7 @@ from django_htmx.middleware import HtmxDetails
 
 from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation.models import Candidate
+from icrlhf.kinds import kind_of
 from icrlhf.queues.access import can_review, queue_for_member, review_check
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review import selectors, services
@@ -82,6 +83,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     context: dict[str, Any] = {
         "item": item,
         "queue": item.queue,
+        "kind": kind_of(item.queue),
         "generation": generation,
         "candidates": (
             generation_selectors.generation_candidates(generation=generation) if generation else []

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
+from icrlhf.kinds.triage.sla import sla_ordered, sla_state
 from icrlhf.queues.models import Item, Queue
-from icrlhf.triage.sla import sla_ordered, sla_state
 
 _LIST_LIMIT = 200
 

@@ -1,16 +1,14 @@
 import logging
 from datetime import datetime
-from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from icrlhf.generation.models import Candidate
 from icrlhf.generation.services import item_create
-from icrlhf.kinds.triage import TriageFields, TriageParseError, fields_validate
+from icrlhf.kinds.triage.fields import TriageParseError, fields_validate
+from icrlhf.kinds.triage.sla import sla_due
 from icrlhf.queues.models import Item, Queue
-from icrlhf.triage.sla import sla_due
 
 logger = logging.getLogger(__name__)
 
@@ -73,33 +71,3 @@ def ticket_create(
         # The same external id, sent twice at the same moment: the other request won.
         return Item.objects.get(queue=queue, external_id=external_id), False
     return item, True
-
-
-def triage_final(
-    *, chosen: Candidate | None, corrections: dict[str, str], categories: list[str]
-) -> TriageFields:
-    """The confirmed fields: the chosen candidate's, with the reviewer's corrections on top."""
-    base: dict[str, Any] = dict(chosen.fields or {}) if chosen is not None else {}
-    merged = {
-        key: corrections.get(key) or base.get(key) or ""
-        for key in ("category", "priority", "reply")
-    }
-    try:
-        return fields_validate(
-            category=str(merged["category"]),
-            priority=str(merged["priority"] or "normal"),
-            reply=str(merged["reply"]),
-            categories=categories,
-        )
-    except TriageParseError as error:
-        raise ValidationError(f"The triage is incomplete: {error}") from error
-
-
-def triage_apply(*, item_id: int, fields: dict[str, str]) -> None:
-    """Write a confirmed triage back to its ticket."""
-    Item.objects.filter(pk=item_id).update(
-        category=fields.get("category", ""),
-        priority=fields.get("priority", Item.Priority.NORMAL),
-        ticket_status=Item.TicketStatus.OPEN,
-        triaged_at=timezone.now(),
-    )

@@ -26,3 +26,12 @@ def test_no_input_makes_the_api_fail(case: Any, api_token: str) -> None:
     case.call_and_validate(
         headers={"Authorization": f"Bearer {api_token}"}, checks=[not_a_server_error]
     )
+
+
+def test_the_api_offers_exactly_the_ticket_priorities_items_store() -> None:
+    from typing import get_args
+
+    from icrlhf.ingest.schemas import Priority
+    from icrlhf.queues.models import Item
+
+    assert list(get_args(Priority)) == list(Item.Priority.values)

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from icrlhf.kinds.triage import TriageFields, TriageParseError, triage_parse
+from icrlhf.kinds.triage.fields import TriageFields, TriageParseError, triage_parse
 
 CATEGORIES = ["card_arrival", "lost_or_stolen_card", "exchange_rate", "pin_blocked"]
 

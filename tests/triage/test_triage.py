@@ -13,11 +13,11 @@ from django.utils import timezone
 
 from icrlhf.generation.models import Candidate
 from icrlhf.integrations.webhooks import WebhookTransientError
+from icrlhf.kinds.triage.sla import sla_ordered, sla_state
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review import services as review_services
 from icrlhf.review import tasks as review_tasks
-from icrlhf.triage.sla import sla_ordered, sla_state
 from tests.factories import ItemFactory, ready_generation
 
 pytestmark = pytest.mark.django_db

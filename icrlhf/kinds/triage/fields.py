@@ -9,7 +9,9 @@ import json
 import re
 from dataclasses import dataclass
 
-PRIORITIES = ("low", "normal", "high", "urgent")
+from icrlhf.queues.models import Item
+
+PRIORITIES: tuple[str, ...] = tuple(Item.Priority.values)
 _PRIORITY_SYNONYMS = {
     "medium": "normal",
     "moderate": "normal",

@@ -1,0 +1,60 @@
+"""A queue kind: everything that differs between kinds of queue, behind one interface.
+
+The general kind (free-text answers) is this base class; another kind overrides what differs
+for it. Each kind lives in its own package under icrlhf/kinds/ with its templates under
+templates/kinds/<name>/, and is registered in icrlhf/kinds/__init__.py."""
+
+from dataclasses import dataclass
+
+from django.db.models import QuerySet
+
+from icrlhf.queues.models import Item, Queue
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A model's answer read as the kind's fields; `error` says why it could not be."""
+
+    fields: dict[str, str] | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Final:
+    """What a reviewer confirmed, in the kind's fields and as the text memory keeps."""
+
+    fields: dict[str, str]
+    text: str
+
+
+class QueueKind:
+    name = "general"
+    # The candidate's body on the item page, and the decision's extra controls ("": none).
+    candidate_template = "kinds/general/candidate.html"
+    corrections_template = ""
+
+    def instructions(self, queue: Queue) -> str:
+        """What the prompt asks for beyond the queue's own system prompt."""
+        return ""
+
+    def parse(self, text: str, queue: Queue) -> Parsed:
+        """The kind's fields in a model's (or a remembered) answer; none for free text."""
+        return Parsed()
+
+    def example_text(self, *, text: str, fields: dict[str, str] | None) -> str:
+        """The text a candidate is remembered by."""
+        return text
+
+    def final(
+        self, *, picked_fields: dict[str, str] | None, corrections: dict[str, str], queue: Queue
+    ) -> Final | None:
+        """The confirmed fields of a decision (picked candidate plus corrections), or None
+        when the kind has no fields and the final text is the answer itself."""
+        return None
+
+    def on_decision(self, *, item_id: int, final: Final) -> None:
+        """What a confirmed decision changes beyond the decision itself."""
+
+    def review_order(self, items: QuerySet[Item]) -> QuerySet[Item]:
+        """The order reviewers are given items in: the oldest first."""
+        return items.order_by("created_at")

@@ -1,0 +1,78 @@
+"""The triage kind: a support ticket answered with a category, a priority and a reply.
+
+Its fields and their tolerant parsing are in `fields.py`, its SLA order in `sla.py`, its item
+page parts in templates/kinds/triage/. The ticket flow (creating tickets, the SLA list, the
+API) is the `icrlhf.triage` app, above generation and memory."""
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from icrlhf.kinds.base import Final, Parsed, QueueKind
+from icrlhf.kinds.triage.fields import (
+    PRIORITIES,
+    TriageParseError,
+    fields_text,
+    fields_validate,
+    triage_instructions,
+    triage_parse,
+)
+from icrlhf.kinds.triage.sla import sla_ordered
+from icrlhf.queues.models import Item, Queue
+
+
+class TriageKind(QueueKind):
+    name = "triage"
+    candidate_template = "kinds/triage/candidate.html"
+    corrections_template = "kinds/triage/corrections.html"
+    priorities = PRIORITIES
+
+    def instructions(self, queue: Queue) -> str:
+        return triage_instructions(queue.categories)
+
+    def parse(self, text: str, queue: Queue) -> Parsed:
+        # An unparsable answer is kept with its raw text and the reason: it may still be the
+        # best starting point for the reviewer's correction.
+        try:
+            return Parsed(fields=triage_parse(text, queue.categories).as_dict())
+        except TriageParseError as error:
+            return Parsed(error=str(error))
+
+    def example_text(self, *, text: str, fields: dict[str, str] | None) -> str:
+        # Remembered in the same form as a confirmed triage.
+        return fields_text(fields) if fields else text
+
+    def final(
+        self, *, picked_fields: dict[str, str] | None, corrections: dict[str, str], queue: Queue
+    ) -> Final:
+        """The picked candidate's fields with the reviewer's corrections on top."""
+        base: dict[str, Any] = dict(picked_fields or {})
+        merged = {
+            key: corrections.get(key) or base.get(key) or ""
+            for key in ("category", "priority", "reply")
+        }
+        try:
+            confirmed = fields_validate(
+                category=str(merged["category"]),
+                priority=str(merged["priority"] or "normal"),
+                reply=str(merged["reply"]),
+                categories=queue.categories,
+            )
+        except TriageParseError as error:
+            raise ValidationError(f"The triage is incomplete: {error}") from error
+        return Final(fields=confirmed.as_dict(), text=confirmed.as_text())
+
+    def on_decision(self, *, item_id: int, final: Final) -> None:
+        """The confirmed triage is written back to the ticket."""
+        Item.objects.filter(pk=item_id).update(
+            category=final.fields.get("category", ""),
+            priority=final.fields.get("priority", Item.Priority.NORMAL),
+            ticket_status=Item.TicketStatus.OPEN,
+            triaged_at=timezone.now(),
+        )
+
+    def review_order(self, items: QuerySet[Item]) -> QuerySet[Item]:
+        """The most urgent ticket first."""
+        return sla_ordered(items)
