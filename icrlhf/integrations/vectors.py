@@ -40,10 +40,6 @@ class Hit:
     payload: dict[str, Any]
 
 
-def collection_name(queue_slug: str) -> str:
-    return f"{settings.QDRANT_COLLECTION_PREFIX}_{queue_slug}"
-
-
 @cache
 def _client() -> "QdrantClient":
     from qdrant_client import QdrantClient

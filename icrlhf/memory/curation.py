@@ -5,7 +5,6 @@ store through the worker once the transaction commits: a payload update for stat
 weight (constant cost, whatever the store's size), a re-index for an edited text, a point
 deletion for a deleted example."""
 
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from uuid import UUID
@@ -16,8 +15,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from icrlhf.integrations import vectors
-from icrlhf.memory import tasks
+from icrlhf.memory import index, tasks
 from icrlhf.memory.models import CurationEvent, Example, Retrieval
 from icrlhf.queues.models import Queue
 
@@ -93,12 +91,10 @@ def examples_reweight(*, ids: Sequence[UUID], weight: float, actor: User | None)
 @transaction.atomic
 def examples_delete(*, ids: Sequence[UUID], actor: User | None) -> int:
     examples = list(Example.objects.filter(pk__in=ids).select_related("queue"))
-    by_collection: dict[str, list[str]] = defaultdict(list)
-    for example in examples:
-        by_collection[vectors.collection_name(example.queue.slug)].append(str(example.pk))
+    points = index.points_of_examples(examples)
     _record(actor, "delete", examples)
     Example.objects.filter(pk__in=ids).delete()
-    for collection, point_ids in by_collection.items():
+    for collection, point_ids in points.items():
         _delete_points_on_commit(collection, point_ids)
     return len(examples)
 

@@ -3,7 +3,7 @@
 from typing import Any
 
 from icrlhf.integrations import embeddings, vectors
-from icrlhf.memory import services
+from icrlhf.memory import index
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 
@@ -22,7 +22,7 @@ def memory_check(*, queue_slug: str | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {"embedding_model": model, "queues": {}, "drift": False}
     for queue in _queues(queue_slug):
         rows = dict(Example.objects.filter(queue=queue).values_list("pk", "embedding_model"))
-        points = vectors.point_ids(collection=vectors.collection_name(queue.slug))
+        points = vectors.point_ids(collection=index.collection_of(queue.slug))
         missing = sorted(str(pk) for pk in set(rows) - points)
         orphans = sorted(str(pk) for pk in points - set(rows))
         stale = sorted(str(pk) for pk, used in rows.items() if used and used != model)
@@ -47,12 +47,10 @@ def memory_reindex(*, queue_slug: str | None = None) -> dict[str, Any]:
     """Rebuild collections from the database: same point ids (the example UUIDs)."""
     counts: dict[str, int] = {}
     for queue in _queues(queue_slug):
-        vectors.collection_drop(collection=vectors.collection_name(queue.slug))
+        vectors.collection_drop(collection=index.collection_of(queue.slug))
         ids = list(Example.objects.filter(queue=queue).values_list("pk", flat=True))
         Example.objects.filter(pk__in=ids).update(index_state=Example.IndexState.PENDING)
         for start in range(0, len(ids), _REINDEX_BATCH):
-            services.examples_index(
-                example_ids=ids[start : start + _REINDEX_BATCH], neighbours=False
-            )
+            index.examples_index(example_ids=ids[start : start + _REINDEX_BATCH], neighbours=False)
         counts[queue.slug] = len(ids)
     return {"reindexed": counts}

@@ -2,6 +2,7 @@ import math
 from dataclasses import dataclass
 
 from icrlhf.integrations import embeddings, llm, vectors
+from icrlhf.memory import index
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 
@@ -43,7 +44,7 @@ def examples_recall(
     """
     if k <= 0 and pool <= 0:
         return Recall(examples=[], neighbours=[])
-    collection = vectors.collection_name(queue.slug)
+    collection = index.collection_of(queue.slug)
     vector = embeddings.embed_text(query_text)
     pinned = list(
         Example.objects.filter(

@@ -1,11 +1,9 @@
 from typing import Any
-from uuid import UUID
 
 from celery import shared_task
 
-from icrlhf.integrations import vectors
 from icrlhf.integrations.vectors import VectorStoreUnavailable
-from icrlhf.memory import services
+from icrlhf.memory import index
 
 _SWEEP_BATCH = 64
 
@@ -23,30 +21,30 @@ _STORE_RETRIES: dict[str, Any] = {
 
 @shared_task(name="memory.examples_index", **_STORE_RETRIES)
 def examples_index(example_ids: list[str]) -> None:
-    services.examples_index(example_ids=example_ids)
+    index.examples_index(example_ids=example_ids)
 
 
 @shared_task(name="memory.examples_unindex", **_STORE_RETRIES)
 def examples_unindex(example_ids: list[str]) -> None:
-    services.examples_unindex(example_ids=example_ids)
+    index.examples_unindex(example_ids=example_ids)
 
 
 @shared_task(name="memory.examples_sweep")
 def examples_sweep() -> None:
     """Periodic: re-enqueue whatever the index task has not stored (after an outage, a crash)."""
-    ids = services.examples_unindexed()
+    ids = index.examples_unindexed()
     for start in range(0, len(ids), _SWEEP_BATCH):
         examples_index.delay(ids[start : start + _SWEEP_BATCH])
 
 
 @shared_task(name="memory.examples_payload_sync", **_STORE_RETRIES)
 def examples_payload_sync(example_ids: list[str]) -> None:
-    services.examples_payload_sync(example_ids=example_ids)
+    index.examples_payload_sync(example_ids=example_ids)
 
 
 @shared_task(name="memory.examples_points_delete", **_STORE_RETRIES)
 def examples_points_delete(collection: str, point_ids: list[str]) -> None:
-    vectors.delete(collection=collection, ids=[UUID(p) for p in point_ids])
+    index.points_delete(collection=collection, point_ids=point_ids)
 
 
 @shared_task(name="memory.examples_prune")

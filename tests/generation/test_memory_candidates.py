@@ -10,7 +10,7 @@ from django.test import Client
 from icrlhf.generation import services
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
-from icrlhf.memory import services as memory_services
+from icrlhf.memory import index as memory_index
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.services import decision_record
@@ -28,7 +28,7 @@ def remember(queue: Any, user: Any, question: str, answer: str) -> None:
         verdict="chosen",
         candidate_id=generation.candidates.get(text=answer).pk,
     )
-    memory_services.examples_index(example_ids=[e.pk for e in decision.examples.all()])
+    memory_index.examples_index(example_ids=[e.pk for e in decision.examples.all()])
 
 
 def prepared(queue: Any, user: Any, question: str, n: int) -> tuple[Generation, list[int]]:

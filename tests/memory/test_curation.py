@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from icrlhf.integrations import vectors
-from icrlhf.memory import curation, integrity
+from icrlhf.memory import curation, index, integrity
 from icrlhf.memory.models import CurationEvent, Example, Retrieval
 from icrlhf.memory.selectors import examples_recall
 from icrlhf.review.services import decision_record, decision_undo
@@ -46,7 +46,7 @@ def retrieve(queue: Any, query: str) -> list[str]:
 
 def store_status(queue: Any, example: Example) -> list[str]:
     hits = vectors.search(
-        collection=vectors.collection_name(queue.slug),
+        collection=index.collection_of(queue.slug),
         vector=vectors_of(example),
         limit=50,
         match={"status": ["active", "pinned", "retired"]},
@@ -111,7 +111,7 @@ def test_reweighting_changes_the_ranking(queue: Any, user: Any) -> None:
 
 def test_a_deleted_example_leaves_the_store(queue: Any, user: Any) -> None:
     example = remember(queue, user, "My card has not arrived.", "It ships in 3 days.", "no")
-    collection = vectors.collection_name(queue.slug)
+    collection = index.collection_of(queue.slug)
     assert example.pk in vectors.point_ids(collection=collection)
     curation.examples_delete(ids=[example.pk], actor=user)
     assert example.pk not in vectors.point_ids(collection=collection)
@@ -186,7 +186,7 @@ def test_memory_check_catches_drift_and_reindex_repairs_it_with_the_same_ids(
 ) -> None:
     kept = remember(queue, user, "My card has not arrived.", "ships soon", "no idea")
     lost = remember(queue, user, "How do I reset my PIN?", "in the app", "call us")
-    collection = vectors.collection_name(queue.slug)
+    collection = index.collection_of(queue.slug)
     ids_before = vectors.point_ids(collection=collection)
     assert integrity.memory_check()["drift"] is False
 

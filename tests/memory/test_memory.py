@@ -7,7 +7,7 @@ import pytest
 from django.conf import LazySettings
 
 from icrlhf.integrations import vectors
-from icrlhf.memory import services
+from icrlhf.memory import index
 from icrlhf.memory.models import Example
 from icrlhf.memory.selectors import examples_recall
 from icrlhf.review.services import decision_record
@@ -27,7 +27,7 @@ def remember(queue: Any, user: Any, question: str, answer: str, *others: str) ->
         candidate_id=generation.candidates.get(text=answer).pk,
     )
     examples = list(decision.examples.all())
-    services.examples_index(example_ids=[e.pk for e in examples])
+    index.examples_index(example_ids=[e.pk for e in examples])
     return examples
 
 
@@ -44,9 +44,9 @@ def test_indexing_stores_every_example_under_its_own_id(
     examples = remember(queue, user, "Where is my card?", "It ships in 3 days.", "No idea.")
     assert {e.index_state for e in Example.objects.all()} == {"indexed"}
     assert all(e.embedding_model.startswith("all-MiniLM-L6-v2") for e in Example.objects.all())
-    assert vectors.count(collection=vectors.collection_name(queue.slug)) == len(examples) == 2
+    assert vectors.count(collection=index.collection_of(queue.slug)) == len(examples) == 2
     # Indexing again is a no-op for indexed rows and idempotent for the store.
-    assert services.examples_index(example_ids=[e.pk for e in examples]) == 0
+    assert index.examples_index(example_ids=[e.pk for e in examples]) == 0
 
 
 def test_retrieval_finds_similar_preferred_answers_only(
@@ -112,8 +112,8 @@ def test_a_decision_made_while_the_store_is_down_is_kept_and_indexed_later(
 
     settings.QDRANT_URL = ""  # the store is back
     vectors.close()
-    pending = services.examples_unindexed()
+    pending = index.examples_unindexed()
     assert sorted(pending) == sorted(str(e.pk) for e in examples)
-    assert services.examples_index(example_ids=pending) == 2
-    assert services.examples_unindexed() == []
+    assert index.examples_index(example_ids=pending) == 2
+    assert index.examples_unindexed() == []
     assert retrieve(queue, "Where is my card?") == ["It ships in 3 days."]

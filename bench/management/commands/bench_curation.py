@@ -47,7 +47,7 @@ def measure(retires: int) -> dict[str, float]:
 
     from icrlhf.generation.models import Generation
     from icrlhf.integrations import embeddings, vectors
-    from icrlhf.memory import curation
+    from icrlhf.memory import curation, index
     from icrlhf.memory.models import Example
     from icrlhf.queues.models import Item, Queue
     from icrlhf.review.models import Decision
@@ -66,7 +66,7 @@ def measure(retires: int) -> dict[str, float]:
         verdict="none_acceptable",
         guideline_version=1,
     )
-    collection = vectors.collection_name(queue.slug)
+    collection = index.collection_of(queue.slug)
     model = embeddings.model_id()
 
     def add(count: int) -> None:
