@@ -28,8 +28,9 @@ from icrlhf.memory.tasks import memory_check
 from icrlhf.memory.through_worker import run_in_worker
 from icrlhf.ops.stack import Child, Stack, celery_worker_command, free_port, wait_until
 from icrlhf.queues.models import Item, Queue
+from icrlhf.review.claims import DecisionConflict
+from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
-from icrlhf.review.services import DecisionConflict, decision_record
 from tests.support.fixed_latency_llm import FaultyLLM
 
 RECOVERY_S = 150  # a scenario's items must settle within this, or they count as stuck

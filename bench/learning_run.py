@@ -18,7 +18,7 @@ from icrlhf.integrations import llm
 from icrlhf.memory.models import Example
 from icrlhf.ops.stack import wait_until
 from icrlhf.queues.models import Item, Queue
-from icrlhf.review.services import decision_record
+from icrlhf.review.decisions import decision_record
 
 MAX_TOKENS = 12  # An intent label is a few tokens; more only adds chatter.
 

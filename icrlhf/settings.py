@@ -257,7 +257,7 @@ GENERATION_LOST_AFTER_S = env_int("GENERATION_LOST_AFTER_S", 120)
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {
     "visibility_timeout": env_int("BROKER_VISIBILITY_TIMEOUT_S", 3600),
     # Ten priority lists (0 is served first) for fairness across queues: see
-    # generation.services.fair_priority.
+    # generation.pipeline.fair_priority.
     "priority_steps": list(range(10)),
     "queue_order_strategy": "priority",
 }

@@ -5,7 +5,7 @@ from celery import Task, current_app, shared_task
 from django.conf import settings
 from kombu.exceptions import ChannelError
 
-from icrlhf.generation import services
+from icrlhf.generation import pipeline, recovery
 from icrlhf.integrations.llm import TransientLLMError
 
 logger = logging.getLogger(__name__)
@@ -19,7 +19,7 @@ class PrepareTask(Task):  # type: ignore[misc]
     ) -> None:
         generation_id = kwargs.get("generation_id", args[0] if args else None)
         if generation_id is not None:
-            services.generation_fail(
+            pipeline.generation_fail(
                 generation_id=generation_id,
                 message="Not generated: preparing the prompt failed because of an internal "
                 "error; it was logged.",
@@ -28,7 +28,7 @@ class PrepareTask(Task):  # type: ignore[misc]
 
 @shared_task(name="generation.prepare", base=PrepareTask)
 def generation_prepare(generation_id: int) -> None:
-    services.generation_prepare(generation_id=generation_id)
+    pipeline.generation_prepare(generation_id=generation_id)
 
 
 class CandidateTask(Task):  # type: ignore[misc]
@@ -44,7 +44,7 @@ class CandidateTask(Task):  # type: ignore[misc]
             message = f"Gave up after {self.request.retries + 1} attempts. {exc}"
         else:
             message = "Generation failed because of an internal error; it was logged."
-        services.candidate_fail(candidate_id=candidate_id, message=message)
+        pipeline.candidate_fail(candidate_id=candidate_id, message=message)
 
 
 @shared_task(
@@ -57,7 +57,7 @@ class CandidateTask(Task):  # type: ignore[misc]
     retry_jitter=True,
 )
 def candidate_generate(candidate_id: int) -> None:
-    services.candidate_generate(candidate_id=candidate_id)
+    pipeline.candidate_generate(candidate_id=candidate_id)
 
 
 def broker_backlog() -> int:
@@ -75,7 +75,7 @@ def broker_backlog() -> int:
 @shared_task(name="generation.sweep")
 def generations_sweep() -> None:
     """Periodic: re-enqueue generation work a dead worker or a lost message left behind."""
-    sweep = services.generations_sweep(broker_idle=broker_backlog() == 0)
+    sweep = recovery.generations_sweep(broker_idle=broker_backlog() == 0)
     # At the default priority, 0, served first: this work is overdue, and there is little of
     # it (the broker was idle, or a worker died holding it).
     for generation_id in sweep.prepare:

@@ -5,7 +5,7 @@ from typing import Any, cast
 from django import forms
 from django.http import QueryDict
 
-from icrlhf.review.services import MAX_COMMENT_CHARS
+from icrlhf.review.decisions import MAX_COMMENT_CHARS
 
 # A decision "shown" longer ago than this did not take that long: the time is not recorded.
 _MAX_DECIDE_MS = 24 * 3600 * 1000

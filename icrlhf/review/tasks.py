@@ -1,7 +1,7 @@
 from celery import shared_task
 
 from icrlhf.integrations.webhooks import WebhookTransientError
-from icrlhf.review import services
+from icrlhf.review import decisions
 
 
 # The name predates the task's move to review: messages already queued still find it.
@@ -14,4 +14,4 @@ from icrlhf.review import services
     retry_jitter=True,
 )
 def ticket_webhook(decision_id: int) -> None:
-    services.ticket_webhook_send(decision_id=decision_id)
+    decisions.ticket_webhook_send(decision_id=decision_id)

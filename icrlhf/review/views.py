@@ -19,7 +19,9 @@ from icrlhf.generation.models import Candidate
 from icrlhf.kinds import kind_of
 from icrlhf.queues.access import can_review, queue_for_member, review_check
 from icrlhf.queues.models import Item, Queue
-from icrlhf.review import selectors, services
+from icrlhf.review import claims as review_claims
+from icrlhf.review import decisions as review_decisions
+from icrlhf.review import selectors
 from icrlhf.review.forms import DecisionForm
 from icrlhf.review.models import Decision
 
@@ -39,7 +41,7 @@ def _item_for(request: HttpRequest, item_id: int) -> Item:
 
 
 def _go_to_next(request: HtmxHttpRequest, queue: Queue) -> HttpResponse:
-    item = services.claim_next(queue=queue, reviewer=request.user)
+    item = review_claims.claim_next(queue=queue, reviewer=request.user)
     if item is None:
         messages.info(request, "Nothing left to review in this queue. Well done.")
         return redirect("review:queue", slug=queue.slug)
@@ -77,7 +79,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
     # Opening an open item claims it (only then: a poll while generating writes nothing).
     wants_claim = reviewer and item.status == Item.Status.READY and not (mine or my_claim)
-    if wants_claim and services.claim_take(item_id=item.pk, reviewer=request.user):
+    if wants_claim and review_claims.claim_take(item_id=item.pk, reviewer=request.user):
         claims = list(selectors.claims_active(item=item))
         my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
     context: dict[str, Any] = {
@@ -112,7 +114,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         and not decisions
         and (my_claim is not None or len(claims) == 0),
         "shown_at_ms": int(time.time() * 1000),
-        "comment_max_chars": services.MAX_COMMENT_CHARS,
+        "comment_max_chars": review_decisions.MAX_COMMENT_CHARS,
         "undo": _undo_offer(request),
         "claim_renew_ms": max(5, settings.REVIEW_CLAIM_TTL_S // 3) * 1000,
     }
@@ -144,7 +146,7 @@ def _undo_offer(request: HtmxHttpRequest) -> Decision | None:
 def claim_renew(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     item = _item_for(request, item_id)
     review_check(request.user, item.queue)
-    expires_at = services.claim_take(item_id=item.pk, reviewer=request.user)
+    expires_at = review_claims.claim_take(item_id=item.pk, reviewer=request.user)
     return render(request, "review/_claim.html", {"expires_at": expires_at, "item": item})
 
 
@@ -170,7 +172,7 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         return redirect("review:item", item_id=item.pk)
     submitted = form.decision_input()
     try:
-        decision = services.decision_record(
+        decision = review_decisions.decision_record(
             item_id=item.pk,
             reviewer=request.user,
             verdict="none_acceptable" if submitted.candidate_id is None else "chosen",
@@ -184,7 +186,7 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
         return redirect("review:item", item_id=item.pk)
-    except services.DecisionConflict as error:
+    except review_claims.DecisionConflict as error:
         messages.warning(request, str(error))
         return redirect("review:item", item_id=item.pk)
     request.session[_UNDO_SESSION_KEY] = decision.pk
@@ -195,8 +197,8 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
 @require_POST
 def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
     try:
-        decision = services.decision_undo(decision_id=decision_id, reviewer=request.user)
-    except services.DecisionConflict as error:
+        decision = review_decisions.decision_undo(decision_id=decision_id, reviewer=request.user)
+    except review_claims.DecisionConflict as error:
         messages.warning(request, str(error))
         back = request.POST.get("back", "")
         if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
@@ -211,7 +213,7 @@ def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
 def skip(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     item = _item_for(request, item_id)
     review_check(request.user, item.queue)
-    services.claim_release(item_id=item.pk, reviewer=request.user, skipped=True)
+    review_claims.claim_release(item_id=item.pk, reviewer=request.user, skipped=True)
     messages.info(request, f"Skipped item {item.pk}.")
     return _go_to_next(request, item.queue)
 
@@ -224,11 +226,11 @@ def candidate_retry(request: HttpRequest, candidate_id: int) -> HttpResponse:
     item = candidate.generation.item
     review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
     try:
-        services.candidate_retry(
+        review_claims.candidate_retry(
             candidate_id=candidate.pk,
             reviewer=request.user,  # type: ignore[arg-type]  # login is required
         )
-    except services.DecisionConflict as error:
+    except review_claims.DecisionConflict as error:
         messages.error(request, str(error))
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
@@ -242,11 +244,11 @@ def item_regenerate(request: HttpRequest, item_id: int) -> HttpResponse:
     item = get_object_or_404(Item, pk=item_id)
     review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
     try:
-        services.item_regenerate(
+        review_claims.item_regenerate(
             item_id=item.pk,
             reviewer=request.user,  # type: ignore[arg-type]  # login is required
         )
-    except services.DecisionConflict as error:
+    except review_claims.DecisionConflict as error:
         messages.error(request, str(error))
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))

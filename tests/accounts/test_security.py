@@ -17,8 +17,8 @@ from icrlhf.generation.models import Generation
 from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import CurationEvent, Example
 from icrlhf.queues.models import Queue
+from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
-from icrlhf.review.services import decision_record
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
 pytestmark = pytest.mark.django_db

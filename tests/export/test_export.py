@@ -13,8 +13,8 @@ from icrlhf.export.services import ExportFilters, export_lines
 from icrlhf.generation.models import Candidate
 from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example, Retrieval
+from icrlhf.review.decisions import decision_record, decision_undo
 from icrlhf.review.models import Decision
-from icrlhf.review.services import decision_record, decision_undo
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
 pytestmark = pytest.mark.django_db

@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from icrlhf.generation import services
+from icrlhf.generation import pipeline
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
 from icrlhf.memory import index as memory_index
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
-from icrlhf.review.services import decision_record
+from icrlhf.review.decisions import decision_record
 from tests.factories import ItemFactory, ready_generation
 
 pytestmark = pytest.mark.django_db
@@ -34,7 +34,7 @@ def remember(queue: Any, user: Any, question: str, answer: str) -> None:
 def prepared(queue: Any, user: Any, question: str, n: int) -> tuple[Generation, list[int]]:
     item = item_create(queue=queue, input_text=question, created_by=user, n_candidates=n)
     generation = item.generations.get()
-    enqueued = services.generation_prepare(generation_id=generation.pk)
+    enqueued = pipeline.generation_prepare(generation_id=generation.pk)
     generation.refresh_from_db()
     return generation, enqueued
 

@@ -11,8 +11,8 @@ from icrlhf.generation.models import Candidate
 from icrlhf.insights.charts import nice_ceiling
 from icrlhf.insights.selectors import DECISIONS_PER_POINT, queue_dashboard
 from icrlhf.memory.models import Example, Retrieval
+from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
-from icrlhf.review.services import decision_record
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
 pytestmark = pytest.mark.django_db

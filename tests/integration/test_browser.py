@@ -12,8 +12,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
+from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Claim, Decision
-from icrlhf.review.services import decision_record
 from icrlhf.triage.services import ticket_create
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation

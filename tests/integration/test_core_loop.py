@@ -10,8 +10,8 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
+from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
-from icrlhf.review.services import decision_record
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 

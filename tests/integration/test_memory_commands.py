@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 
 from icrlhf.memory.models import Example
-from icrlhf.review.services import decision_record
+from icrlhf.review.decisions import decision_record
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 

@@ -15,7 +15,7 @@ from icrlhf.generation.services import item_create
 from icrlhf.memory.models import Example
 from icrlhf.ops.stack import free_port, http_ok
 from icrlhf.queues.models import Item
-from icrlhf.review.services import decision_record
+from icrlhf.review.decisions import decision_record
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 

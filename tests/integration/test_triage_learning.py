@@ -8,7 +8,7 @@ import pytest
 
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
-from icrlhf.review.services import decision_record
+from icrlhf.review.decisions import decision_record
 from icrlhf.triage.services import ticket_create
 from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory

@@ -10,7 +10,7 @@ from icrlhf.integrations import vectors
 from icrlhf.memory import curation, index, integrity
 from icrlhf.memory.models import CurationEvent, Example, Retrieval
 from icrlhf.memory.selectors import examples_recall
-from icrlhf.review.services import decision_record, decision_undo
+from icrlhf.review.decisions import decision_record, decision_undo
 from tests.factories import ItemFactory, UserFactory, ready_generation
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("vector_store", "eager_tasks")]

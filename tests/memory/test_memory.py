@@ -10,7 +10,7 @@ from icrlhf.integrations import vectors
 from icrlhf.memory import index
 from icrlhf.memory.models import Example
 from icrlhf.memory.selectors import examples_recall
-from icrlhf.review.services import decision_record
+from icrlhf.review.decisions import decision_record
 from tests.factories import ItemFactory, ready_generation
 
 pytestmark = pytest.mark.django_db

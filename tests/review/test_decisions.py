@@ -6,8 +6,9 @@ from django.test import Client
 
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
+from icrlhf.review.claims import DecisionConflict
+from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
-from icrlhf.review.services import DecisionConflict, decision_record
 from tests.factories import ItemFactory, ready_generation
 
 pytestmark = pytest.mark.django_db

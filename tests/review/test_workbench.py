@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 from django.conf import LazySettings
+from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
@@ -12,7 +13,8 @@ from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
-from icrlhf.review import services
+from icrlhf.review import claims as review_claims
+from icrlhf.review import decisions as review_decisions
 from icrlhf.review.models import Claim, Decision
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
@@ -27,7 +29,7 @@ def ready_item(queue: Any, texts: tuple[str, ...] = ("one", "two", "three")) -> 
 
 def pick(item: Item, reviewer: Any, index: int = 0) -> Decision:
     candidate = item.generations.get().candidates.order_by("position")[index]
-    return services.decision_record(
+    return review_decisions.decision_record(
         item_id=item.pk, reviewer=reviewer, verdict="chosen", candidate_id=candidate.pk
     )
 
@@ -36,42 +38,42 @@ def test_two_reviewers_never_hold_the_same_item(queue: Any, user: Any) -> None:
     other = UserFactory()
     queue.members.add(other)
     first, second = ready_item(queue), ready_item(queue)
-    assert services.claim_next(queue=queue, reviewer=user) == first
-    assert services.claim_next(queue=queue, reviewer=other) == second
-    assert services.claim_next(queue=queue, reviewer=UserFactory()) is None
-    assert services.claim_next(queue=queue, reviewer=user) == first  # its own claim back
+    assert review_claims.claim_next(queue=queue, reviewer=user) == first
+    assert review_claims.claim_next(queue=queue, reviewer=other) == second
+    assert review_claims.claim_next(queue=queue, reviewer=UserFactory()) is None
+    assert review_claims.claim_next(queue=queue, reviewer=user) == first  # its own claim back
 
 
 def test_more_reviewers_than_the_next_item_window_all_get_an_item(
     queue: Any, user: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(services, "_NEXT_ITEM_WINDOW", 2)
+    monkeypatch.setattr(review_claims, "_NEXT_ITEM_WINDOW", 2)
     items = [ready_item(queue) for _ in range(4)]
     others = [UserFactory(), UserFactory()]
-    held = [services.claim_next(queue=queue, reviewer=other) for other in others]
+    held = [review_claims.claim_next(queue=queue, reviewer=other) for other in others]
     assert held == items[:2]  # the whole window is taken by others' claims
-    assert services.claim_next(queue=queue, reviewer=user) == items[2]
+    assert review_claims.claim_next(queue=queue, reviewer=user) == items[2]
 
 
 def test_an_expired_claim_frees_the_item(queue: Any, user: Any) -> None:
     item = ready_item(queue)
-    services.claim_next(queue=queue, reviewer=user)
+    review_claims.claim_next(queue=queue, reviewer=user)
     Claim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert services.claim_next(queue=queue, reviewer=UserFactory()) == item
+    assert review_claims.claim_next(queue=queue, reviewer=UserFactory()) == item
 
 
 def test_a_skipped_item_goes_to_someone_else(queue: Any, user: Any) -> None:
     item = ready_item(queue)
-    services.claim_next(queue=queue, reviewer=user)
-    services.claim_release(item_id=item.pk, reviewer=user, skipped=True)
-    assert services.claim_next(queue=queue, reviewer=user) is None
-    assert services.claim_next(queue=queue, reviewer=UserFactory()) == item
+    review_claims.claim_next(queue=queue, reviewer=user)
+    review_claims.claim_release(item_id=item.pk, reviewer=user, skipped=True)
+    assert review_claims.claim_next(queue=queue, reviewer=user) is None
+    assert review_claims.claim_next(queue=queue, reviewer=UserFactory()) == item
 
 
 def test_a_decision_is_refused_while_another_reviewer_holds_the_item(queue: Any, user: Any) -> None:
     item = ready_item(queue)
-    services.claim_next(queue=queue, reviewer=UserFactory())
-    with pytest.raises(services.DecisionConflict, match="Another reviewer"):
+    review_claims.claim_next(queue=queue, reviewer=UserFactory())
+    with pytest.raises(review_claims.DecisionConflict, match="Another reviewer"):
         pick(item, user)
     assert not Decision.objects.exists()
 
@@ -83,9 +85,9 @@ def test_with_two_reviewers_per_item_each_decides_and_agreement_is_recorded(
     queue.save()
     other, third = UserFactory(), UserFactory()
     item = ready_item(queue)
-    assert services.claim_next(queue=queue, reviewer=user) == item
-    assert services.claim_next(queue=queue, reviewer=other) == item
-    assert services.claim_next(queue=queue, reviewer=third) is None  # both seats taken
+    assert review_claims.claim_next(queue=queue, reviewer=user) == item
+    assert review_claims.claim_next(queue=queue, reviewer=other) == item
+    assert review_claims.claim_next(queue=queue, reviewer=third) is None  # both seats taken
     pick(item, user, 0)
     item.refresh_from_db()
     assert item.status == Item.Status.READY and item.agreement is None
@@ -93,13 +95,13 @@ def test_with_two_reviewers_per_item_each_decides_and_agreement_is_recorded(
     item.refresh_from_db()
     assert item.status == Item.Status.DECIDED
     assert item.agreement == 0.0
-    with pytest.raises(services.DecisionConflict, match="already"):
+    with pytest.raises(review_claims.DecisionConflict, match="already"):
         pick(item, user, 0)
 
 
 def test_agreement_is_the_share_of_agreeing_pairs() -> None:
     decisions = [Decision(chosen_candidate_id=c) for c in (1, 1, 2)]
-    assert services.agreement_of(decisions) == pytest.approx(1 / 3)
+    assert review_decisions.agreement_of(decisions) == pytest.approx(1 / 3)
 
 
 def test_undo_supersedes_the_decision_and_withdraws_its_examples(
@@ -108,7 +110,7 @@ def test_undo_supersedes_the_decision_and_withdraws_its_examples(
     item = ready_item(queue)
     decision = pick(item, user)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        services.decision_undo(decision_id=decision.pk, reviewer=user)
+        review_decisions.decision_undo(decision_id=decision.pk, reviewer=user)
     decision.refresh_from_db()
     item.refresh_from_db()
     assert decision.superseded_at is not None
@@ -125,10 +127,10 @@ def test_undo_is_refused_after_the_window(queue: Any, user: Any, settings: LazyS
     Decision.objects.filter(pk=decision.pk).update(
         created_at=timezone.now() - timedelta(seconds=settings.REVIEW_UNDO_WINDOW_S + 1)
     )
-    with pytest.raises(services.DecisionConflict, match="undo window has passed"):
-        services.decision_undo(decision_id=decision.pk, reviewer=user)
-    with pytest.raises(services.DecisionConflict, match="no decision of yours"):
-        services.decision_undo(decision_id=decision.pk, reviewer=UserFactory())
+    with pytest.raises(review_claims.DecisionConflict, match="undo window has passed"):
+        review_decisions.decision_undo(decision_id=decision.pk, reviewer=user)
+    with pytest.raises(review_claims.DecisionConflict, match="no decision of yours"):
+        review_decisions.decision_undo(decision_id=decision.pk, reviewer=UserFactory())
 
 
 def test_reason_tags_must_be_the_queues(queue: Any, user: Any) -> None:
@@ -136,11 +138,11 @@ def test_reason_tags_must_be_the_queues(queue: Any, user: Any) -> None:
     queue.save()
     item = ready_item(queue)
     candidate = item.generations.get().candidates.first()
-    with pytest.raises(services.ValidationError, match="Unknown reason: rude"):
-        services.decision_record(
+    with pytest.raises(ValidationError, match="Unknown reason: rude"):
+        review_decisions.decision_record(
             item_id=item.pk, reviewer=user, verdict="none_acceptable", reason_tags=["rude"]
         )
-    decision = services.decision_record(
+    decision = review_decisions.decision_record(
         item_id=item.pk,
         reviewer=user,
         verdict="chosen",
@@ -162,7 +164,7 @@ def test_a_failed_candidate_can_be_retried(
     broken.refresh_from_db()
     assert (broken.status, broken.error, len(callbacks)) == ("pending", "", 1)
     assert broken.generation.status == Generation.Status.RUNNING
-    with pytest.raises(services.ValidationError, match="Only a failed candidate"):
+    with pytest.raises(ValidationError, match="Only a failed candidate"):
         generation_services.candidate_retry(candidate_id=broken.pk)
 
 
@@ -177,7 +179,7 @@ def test_an_undecided_item_can_be_regenerated(
     assert item.generations.count() == 2 and fresh.candidates.count() == 3
     decided = ready_item(queue)
     pick(decided, user)
-    with pytest.raises(services.ValidationError, match="cannot be regenerated"):
+    with pytest.raises(ValidationError, match="cannot be regenerated"):
         generation_services.generation_regenerate(item_id=decided.pk)
 
 
@@ -192,7 +194,7 @@ def test_regenerate_and_retry_follow_the_claim(
     Candidate.objects.filter(pk=broken.pk).update(status="failed", error="rate limit")
     holder = UserFactory(username="holder")
     queue.members.add(holder)
-    assert services.claim_take(item_id=item.pk, reviewer=holder) is not None
+    assert review_claims.claim_take(item_id=item.pk, reviewer=holder) is not None
     other = Client()
     other.force_login(user)
 
@@ -206,11 +208,11 @@ def test_regenerate_and_retry_follow_the_claim(
     assert (item.generations.count(), broken.status) == (1, "failed")
 
     with django_capture_on_commit_callbacks(execute=False):
-        services.candidate_retry(candidate_id=broken.pk, reviewer=holder)
+        review_claims.candidate_retry(candidate_id=broken.pk, reviewer=holder)
         Candidate.objects.filter(pk=broken.pk).update(status="done", text="mended")
         Generation.objects.update(status=Generation.Status.DONE)
         Claim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
-        services.item_regenerate(item_id=item.pk, reviewer=user)
+        review_claims.item_regenerate(item_id=item.pk, reviewer=user)
     assert item.generations.count() == 2
 
 
@@ -310,7 +312,7 @@ def test_an_open_page_renews_its_claim_and_says_when_it_was_lost(
     assert Claim.objects.get().expires_at > timezone.now() + timedelta(minutes=9)
 
     Claim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
-    services.claim_next(queue=queue, reviewer=UserFactory())  # someone else takes it
+    review_claims.claim_next(queue=queue, reviewer=UserFactory())  # someone else takes it
     lost = logged_in.post(f"/items/{item.pk}/claim/", HTTP_HX_REQUEST="true")
     assert "Your hold on this item has lapsed" in lost.content.decode()
 

@@ -16,7 +16,8 @@ from icrlhf.integrations.webhooks import WebhookTransientError
 from icrlhf.kinds.triage.sla import sla_ordered, sla_state
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
-from icrlhf.review import services as review_services
+from icrlhf.review import claims as review_claims
+from icrlhf.review import decisions as review_decisions
 from icrlhf.review import tasks as review_tasks
 from tests.factories import ItemFactory, ready_generation
 
@@ -39,7 +40,7 @@ def triage_item(queue: Any, *candidates: dict[str, str] | None) -> Item:
 
 def decide(item: Item, user: Any, index: int, **corrections: str) -> Any:
     candidate = item.generations.get().candidates.order_by("position")[index]
-    return review_services.decision_record(
+    return review_decisions.decision_record(
         item_id=item.pk,
         reviewer=user,
         verdict="chosen",
@@ -105,7 +106,7 @@ def test_next_item_in_a_triage_queue_takes_the_most_urgent(triage_queue: Any, us
     normal = triage_item(triage_queue, GOOD)
     urgent = triage_item(triage_queue, GOOD)
     Item.objects.filter(pk=urgent.pk).update(priority="urgent")
-    assert review_services.claim_next(queue=triage_queue, reviewer=user) == urgent
+    assert review_claims.claim_next(queue=triage_queue, reviewer=user) == urgent
     assert normal != urgent
 
 
@@ -167,7 +168,7 @@ def test_a_triaged_ticket_is_posted_signed_and_retried_on_a_5xx(
     assert len(callbacks) == 2  # index the examples, send the webhook
 
     with pytest.raises(WebhookTransientError, match="answered 503"):
-        review_services.ticket_webhook_send(decision_id=decision.pk)
+        review_decisions.ticket_webhook_send(decision_id=decision.pk)
     result = review_tasks.ticket_webhook.apply(args=[decision.pk])  # eager: retries inline
     assert result.successful()
     headers, body = receiver.requests[-1]

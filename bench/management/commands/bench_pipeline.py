@@ -109,7 +109,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
     from icrlhf.integrations import llm
     from icrlhf.memory.models import Example
     from icrlhf.queues.models import Queue
-    from icrlhf.review.services import decision_record
+    from icrlhf.review.decisions import decision_record
 
     reviewer = get_user_model().objects.create_user("bench-reviewer")
     messages = [{"role": "user", "content": "ping"}]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.conf import LazySettings
 
-from icrlhf.generation import services, tasks
+from icrlhf.generation import pipeline, tasks
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
 from icrlhf.queues.models import Item
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def generation(queue: Any, user: Any, vector_store: Path) -> Generation:
     item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
-    services.generation_prepare(generation_id=item.generations.get().pk)
+    pipeline.generation_prepare(generation_id=item.generations.get().pk)
     return Generation.objects.get(item=item)
 
 
@@ -34,7 +34,7 @@ def test_prepare_stores_the_exact_messages_and_fans_out(
     queue.save()
     item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        enqueued = services.generation_prepare(generation_id=item.generations.get().pk)
+        enqueued = pipeline.generation_prepare(generation_id=item.generations.get().pk)
     generation = item.generations.get()
     assert generation.status == Generation.Status.RUNNING
     assert generation.messages[0]["role"] == "system"
@@ -43,7 +43,7 @@ def test_prepare_stores_the_exact_messages_and_fans_out(
     assert sorted(enqueued) == sorted(generation.candidates.values_list("pk", flat=True))
     assert len(callbacks) == 1
     # A redelivered prepare task finds the generation taken and does nothing.
-    assert services.generation_prepare(generation_id=generation.pk) == []
+    assert pipeline.generation_prepare(generation_id=generation.pk) == []
 
 
 def test_a_candidate_is_saved_with_its_answer_and_usage(
@@ -51,7 +51,7 @@ def test_a_candidate_is_saved_with_its_answer_and_usage(
 ) -> None:
     first, *others = generation.candidates.all()
     llm_answer("The card ships tomorrow.")
-    services.candidate_generate(candidate_id=first.pk)
+    pipeline.candidate_generate(candidate_id=first.pk)
     first.refresh_from_db()
     assert first.status == Candidate.Status.DONE
     assert first.text == "The card ships tomorrow."
@@ -61,7 +61,7 @@ def test_a_candidate_is_saved_with_its_answer_and_usage(
 
     for candidate in others:
         llm_answer("Another answer.")
-        services.candidate_generate(candidate_id=candidate.pk)
+        pipeline.candidate_generate(candidate_id=candidate.pk)
     generation.refresh_from_db()
     assert generation.status == Generation.Status.DONE and generation.finished_at
     assert Item.objects.get(pk=generation.item_id).status == Item.Status.READY
@@ -73,9 +73,9 @@ def test_a_claimed_candidate_is_not_generated_twice(
     candidate = generation.candidates.first()
     assert candidate is not None
     llm_answer("once")
-    services.candidate_generate(candidate_id=candidate.pk)
+    pipeline.candidate_generate(candidate_id=candidate.pk)
     llm_answer("twice")
-    services.candidate_generate(candidate_id=candidate.pk)
+    pipeline.candidate_generate(candidate_id=candidate.pk)
     candidate.refresh_from_db()
     assert candidate.text == "once" and candidate.attempts == 1
 
@@ -85,14 +85,14 @@ def test_a_transient_error_releases_the_candidate_for_a_retry(
 ) -> None:
     candidate = generation.candidates.first()
     assert candidate is not None
-    with pytest.raises(services.llm.TransientLLMError, match="rate-limited"):
+    with pytest.raises(pipeline.llm.TransientLLMError, match="rate-limited"):
         llm_answer("litellm.RateLimitError")
-        services.candidate_generate(candidate_id=candidate.pk)
+        pipeline.candidate_generate(candidate_id=candidate.pk)
     candidate.refresh_from_db()
     assert candidate.status == Candidate.Status.PENDING
     assert candidate.error.startswith("Retrying: The model is rate-limited")
     llm_answer("second try")
-    services.candidate_generate(candidate_id=candidate.pk)
+    pipeline.candidate_generate(candidate_id=candidate.pk)
     candidate.refresh_from_db()
     assert (candidate.status, candidate.text, candidate.attempts) == ("done", "second try", 2)
 
@@ -166,8 +166,8 @@ def test_a_timeout_is_transient(generation: Generation, settings: LazySettings) 
     candidate = generation.candidates.first()
     assert candidate is not None
     try:
-        with pytest.raises(services.llm.TransientLLMError, match="did not answer in time"):
-            services.candidate_generate(candidate_id=candidate.pk)
+        with pytest.raises(pipeline.llm.TransientLLMError, match="did not answer in time"):
+            pipeline.candidate_generate(candidate_id=candidate.pk)
     finally:
         server.stop()
     candidate.refresh_from_db()
@@ -179,9 +179,9 @@ def test_some_failures_still_leave_the_item_reviewable(
 ) -> None:
     first, *others = generation.candidates.all()
     llm_answer("good")
-    services.candidate_generate(candidate_id=first.pk)
+    pipeline.candidate_generate(candidate_id=first.pk)
     for candidate in others:
-        services.candidate_fail(candidate_id=candidate.pk, message="boom")
+        pipeline.candidate_fail(candidate_id=candidate.pk, message="boom")
     generation.refresh_from_db()
     assert generation.status == Generation.Status.DONE
     assert Item.objects.get(pk=generation.item_id).status == Item.Status.READY
@@ -199,7 +199,7 @@ def test_a_generation_that_cannot_be_prepared_fails_its_item(
     def broken_retrieval(**_: Any) -> list[Any]:
         raise RuntimeError("bug in retrieval")
 
-    monkeypatch.setattr(services.memory_selectors, "examples_recall", broken_retrieval)
+    monkeypatch.setattr(pipeline.memory_selectors, "examples_recall", broken_retrieval)
     assert tasks.generation_prepare.apply(args=[fresh.pk]).failed()
     fresh.refresh_from_db()
     assert fresh.status == Generation.Status.FAILED
@@ -219,7 +219,7 @@ def test_without_an_embedding_model_generation_goes_on_without_memory(
         fresh = item_create(
             queue=generation.item.queue, input_text="Another question", created_by=None
         ).generations.get()
-        services.generation_prepare(generation_id=fresh.pk)
+        pipeline.generation_prepare(generation_id=fresh.pk)
     finally:
         embeddings.model_id.cache_clear()
     fresh.refresh_from_db()
@@ -235,7 +235,7 @@ def test_a_queue_with_nothing_waiting_goes_ahead_of_a_flooded_one(queue: Any, us
 
     def priority(item: Item) -> int:
         generation = item.generations.get()
-        return services.fair_priority(generation_id=generation.pk, queue_id=item.queue_id)
+        return pipeline.fair_priority(generation_id=generation.pk, queue_id=item.queue_id)
 
     assert [priority(item) for item in flood] == [0, 1, 2, 2, 3, 3, 3, 3, 4]
     assert priority(other) == 0
@@ -263,7 +263,7 @@ def test_generation_tasks_are_sent_at_the_fair_priority(
         item_create(queue=queue, input_text="first", created_by=user)
         second = item_create(queue=queue, input_text="second", created_by=user, n_candidates=2)
     with django_capture_on_commit_callbacks(execute=True):
-        services.generation_prepare(generation_id=second.generations.get().pk)
+        pipeline.generation_prepare(generation_id=second.generations.get().pk)
     assert sent == [
         ("generation.prepare", 0),
         ("generation.prepare", 1),

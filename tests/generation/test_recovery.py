@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from icrlhf.generation import services
+from icrlhf.generation import pipeline, recovery
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
 from icrlhf.queues.models import Item
@@ -22,7 +22,7 @@ LONG_AGO = timedelta(minutes=10)
 def running(queue: Any, user: Any, vector_store: Path) -> Generation:
     """A prepared generation whose candidates are all pending (their tasks not yet run)."""
     item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
-    services.generation_prepare(generation_id=item.generations.get().pk)
+    pipeline.generation_prepare(generation_id=item.generations.get().pk)
     return Generation.objects.get(item=item)
 
 
@@ -37,10 +37,10 @@ def test_a_running_candidate_whose_lease_expired_is_generated_again(
     Candidate.objects.filter(pk=alive.pk).update(
         status="running", attempts=1, lease_expires_at=now + timedelta(minutes=1)
     )
-    sweep = services.generations_sweep(broker_idle=False)
+    sweep = recovery.generations_sweep(broker_idle=False)
     assert sweep.generate == [dead.pk] and sweep.prepare == []
     llm_answer("Recovered.")
-    services.candidate_generate(candidate_id=dead.pk)
+    pipeline.candidate_generate(candidate_id=dead.pk)
     dead.refresh_from_db()
     assert (dead.status, dead.text, dead.attempts) == ("done", "Recovered.", 2)
 
@@ -53,11 +53,11 @@ def test_a_candidate_that_kept_killing_its_worker_fails_and_the_item_settles(
         attempts=settings.LLM_MAX_RETRIES + 1,
         lease_expires_at=timezone.now() - timedelta(seconds=1),
     )
-    sweep = services.generations_sweep(broker_idle=True)
+    sweep = recovery.generations_sweep(broker_idle=True)
     assert len(sweep.generate) == running.n_candidates
     for candidate_id in sweep.generate:
         llm_answer("never called")
-        services.candidate_generate(candidate_id=candidate_id)
+        pipeline.candidate_generate(candidate_id=candidate_id)
     failed = list(running.candidates.all())
     assert {c.status for c in failed} == {"failed"}
     assert {c.attempts for c in failed} == {settings.LLM_MAX_RETRIES + 1}  # no extra call
@@ -77,7 +77,7 @@ def test_a_candidate_enqueued_again_after_its_retries_never_calls_the_model_agai
         attempts=settings.LLM_MAX_RETRIES + 1, error="Retrying: The model is rate-limited."
     )
     llm_answer("never called")
-    services.candidate_generate(candidate_id=candidate.pk)
+    pipeline.candidate_generate(candidate_id=candidate.pk)
     candidate.refresh_from_db()
     assert (candidate.status, candidate.text) == ("failed", "")
     assert candidate.error.endswith("attempts. The model is rate-limited.")
@@ -89,13 +89,13 @@ def test_pending_work_is_sent_again_only_when_the_broker_has_nothing_queued(
     lost = item_create(queue=queue, input_text="Lost prepare", created_by=user).generations.get()
     Generation.objects.filter(pk=lost.pk).update(created_at=timezone.now() - LONG_AGO)
     Generation.objects.filter(pk=running.pk).update(prepared_at=timezone.now() - LONG_AGO)
-    busy = services.generations_sweep(broker_idle=False)
+    busy = recovery.generations_sweep(broker_idle=False)
     assert busy.prepare == [] and busy.generate == []  # their messages may still be queued
-    idle = services.generations_sweep(broker_idle=True)
+    idle = recovery.generations_sweep(broker_idle=True)
     assert idle.prepare == [lost.pk]
     assert idle.generate == sorted(running.candidates.values_list("pk", flat=True))
 
 
 def test_recent_pending_work_is_left_to_its_tasks(running: Generation, queue: Any) -> None:
-    sweep = services.generations_sweep(broker_idle=True)
-    assert sweep == services.Sweep(prepare=[], generate=[])
+    sweep = recovery.generations_sweep(broker_idle=True)
+    assert sweep == recovery.Sweep(prepare=[], generate=[])

@@ -1,158 +1,35 @@
+"""Decisions: recording one (what it teaches the memory, what it changes through the queue's
+kind, the decision webhook), settling an item once its reviewers have decided, and undo."""
+
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from itertools import combinations
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from icrlhf.generation import selectors as generation_selectors
-from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.integrations import webhooks
 from icrlhf.kinds import kind_of
 from icrlhf.memory import services as memory_services
 from icrlhf.memory.curation import examples_usage_record
 from icrlhf.memory.services import ExampleDraft
-from icrlhf.queues.models import Item, Queue
+from icrlhf.queues.models import Item
 from icrlhf.review import tasks
+from icrlhf.review.claims import (
+    DecisionConflict,
+    claim_ttl,
+    free_slots,
+    item_lock,
+    standing_decisions,
+)
 from icrlhf.review.models import Claim, Decision
 
 MAX_COMMENT_CHARS = 5_000
-# How many of the oldest open items "next item" tries before saying the queue is empty.
-_NEXT_ITEM_WINDOW = 50
-
-
-class DecisionConflict(Exception):
-    """The item cannot take this decision (already decided, claimed by someone else…)."""
-
-
-def _claim_ttl() -> timedelta:
-    return timedelta(seconds=settings.REVIEW_CLAIM_TTL_S)
-
-
-def _lock_item(item_id: int) -> Item:
-    """Serializes claims and decisions on one item (a no-op on SQLite, whose write
-    transactions are serialized already)."""
-    return Item.objects.select_for_update().select_related("queue").get(pk=item_id)
-
-
-def _standing_decisions(item: Item) -> QuerySet[Decision]:
-    return item.decisions.standing()
-
-
-def _free_slots(item: Item, reviewer: User, now: datetime) -> int:
-    """Reviewers the item can still take, not counting this reviewer's own claim."""
-    decided = _standing_decisions(item).count()
-    held_by_others = item.claims.filter(expires_at__gt=now).exclude(reviewer=reviewer).count()
-    return item.queue.reviewers_per_item - decided - held_by_others
-
-
-@transaction.atomic
-def claim_take(*, item_id: int, reviewer: User) -> datetime | None:
-    """Claim (or renew the claim on) an item; returns the expiry, or None when it is not
-    open to this reviewer (not ready, decided by them, or held by enough others)."""
-    item = _lock_item(item_id)
-    now = timezone.now()
-    if item.status != Item.Status.READY:
-        return None
-    if _standing_decisions(item).filter(reviewer=reviewer).exists():
-        return None
-    if _free_slots(item, reviewer, now) <= 0:
-        return None
-    expires_at = now + _claim_ttl()
-    Claim.objects.update_or_create(
-        item=item, reviewer=reviewer, defaults={"expires_at": expires_at, "skipped": False}
-    )
-    return expires_at
-
-
-def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
-    """The reviewer's open claim in this queue, else the oldest item they can claim."""
-    now = timezone.now()
-    held = (
-        Item.objects.filter(
-            queue=queue,
-            status=Item.Status.READY,
-            claims__reviewer=reviewer,
-            claims__expires_at__gt=now,
-        )
-        .order_by("created_at")
-        .first()
-    )
-    if held is not None:
-        return held
-    # Items whose every slot is held by other reviewers' live claims are left out here, not
-    # tried one by one: with many reviewers on one queue, the oldest items are all taken.
-    candidates = (
-        Item.objects.filter(queue=queue, status=Item.Status.READY)
-        .exclude(claims__reviewer=reviewer, claims__skipped=True)
-        .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
-        .annotate(
-            held=Count(
-                "claims",
-                filter=Q(claims__expires_at__gt=now) & ~Q(claims__reviewer=reviewer),
-                distinct=True,
-            ),
-            decided=Count(
-                "decisions", filter=Q(decisions__superseded_at__isnull=True), distinct=True
-            ),
-        )
-        .filter(held__lt=F("queue__reviewers_per_item") - F("decided"))
-    )
-    open_items = (
-        kind_of(queue).review_order(candidates).values_list("pk", flat=True)[:_NEXT_ITEM_WINDOW]
-    )
-    for item_id in open_items:
-        if claim_take(item_id=item_id, reviewer=reviewer) is not None:
-            return Item.objects.get(pk=item_id)
-    return None
-
-
-def claim_release(*, item_id: int, reviewer: User, skipped: bool = False) -> None:
-    """Let go of an item; a skip also keeps it out of this reviewer's "next item"."""
-    now = timezone.now()
-    if skipped:
-        Claim.objects.update_or_create(
-            item_id=item_id, reviewer=reviewer, defaults={"expires_at": now, "skipped": True}
-        )
-    else:
-        Claim.objects.filter(item_id=item_id, reviewer=reviewer).update(expires_at=now)
-
-
-def _held_by_another(item: Item, reviewer: User, now: datetime) -> User | None:
-    """Whoever else holds a live claim on the item, unless this reviewer holds one too."""
-    claims = item.claims.filter(expires_at__gt=now).select_related("reviewer")
-    if any(claim.reviewer_id == reviewer.pk for claim in claims):
-        return None
-    return next((claim.reviewer for claim in claims), None)
-
-
-def _refuse_if_held(item: Item, reviewer: User, action: str) -> None:
-    holder = _held_by_another(item, reviewer, timezone.now())
-    if holder is not None:
-        raise DecisionConflict(
-            f"{holder.get_username()} is working on this item, so it cannot be {action} now."
-        )
-
-
-@transaction.atomic
-def item_regenerate(*, item_id: int, reviewer: User) -> Generation:
-    """A fresh set of candidates, unless another reviewer holds the item: their choice or
-    edit would otherwise be refused for candidates replaced under them."""
-    _refuse_if_held(_lock_item(item_id), reviewer, "regenerated")
-    return generation_services.generation_regenerate(item_id=item_id)
-
-
-@transaction.atomic
-def candidate_retry(*, candidate_id: int, reviewer: User) -> None:
-    """Try a failed candidate again, under the same claim rule as regenerating."""
-    item_id = Candidate.objects.values_list("generation__item_id", flat=True).get(pk=candidate_id)
-    _refuse_if_held(_lock_item(item_id), reviewer, "retried")
-    generation_services.candidate_retry(candidate_id=candidate_id)
 
 
 @transaction.atomic
@@ -173,7 +50,7 @@ def decision_record(
     Item and claims are read under a row lock, so of concurrent decisions only as many as the
     queue's reviewers per item win; the others get DecisionConflict and nothing is written.
     """
-    item = _lock_item(item_id)
+    item = item_lock(item_id)
     now = timezone.now()
     generation = generation_selectors.generation_latest(item=item)
     if generation is None:
@@ -184,10 +61,10 @@ def decision_record(
         raise DecisionConflict(
             f"This item is {item.get_status_display().lower()}, so it cannot be decided now."
         )
-    if _standing_decisions(item).filter(reviewer=reviewer).exists():
+    if standing_decisions(item).filter(reviewer=reviewer).exists():
         raise DecisionConflict("You have already decided this item; your choice was not saved.")
     holds_claim = item.claims.filter(reviewer=reviewer, expires_at__gt=now).exists()
-    if not holds_claim and _free_slots(item, reviewer, now) <= 0:
+    if not holds_claim and free_slots(item, reviewer, now) <= 0:
         raise DecisionConflict(
             "Another reviewer is working on this item; your choice was not saved."
         )
@@ -252,7 +129,7 @@ def decision_record(
 
 def _item_settle(item: Item) -> None:
     """Decided once every reviewer the queue asks for has decided; agreement recorded."""
-    standing = list(_standing_decisions(item))
+    standing = list(standing_decisions(item))
     complete = len(standing) >= item.queue.reviewers_per_item
     Item.objects.filter(pk=item.pk).update(
         status=Item.Status.DECIDED if complete else Item.Status.READY,
@@ -284,10 +161,10 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
     decision.save(update_fields=["superseded_at"])
     memory_services.examples_withdraw(decision_id=decision.pk)
     _memory_credit(decision, undo=True)
-    item = _lock_item(decision.item_id)
+    item = item_lock(decision.item_id)
     _item_settle(item)
     Claim.objects.update_or_create(
-        item=item, reviewer=reviewer, defaults={"expires_at": now + _claim_ttl(), "skipped": False}
+        item=item, reviewer=reviewer, defaults={"expires_at": now + claim_ttl(), "skipped": False}
     )
     return decision
 

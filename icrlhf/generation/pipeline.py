@@ -1,0 +1,280 @@
+"""The worker's pipeline for one generation, and its state machine: prepare (retrieve, build
+the prompt, offer memory candidates, fan out), generate each candidate, fail or finish.
+Every step claims its row with a conditional UPDATE and a lease, so a redelivered or
+re-swept task never does the work twice."""
+
+import logging
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from icrlhf.generation import tasks
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.prompts import PromptExample, messages_build
+from icrlhf.integrations import llm
+from icrlhf.integrations.embeddings import EmbeddingModelMissing
+from icrlhf.integrations.vectors import VectorStoreUnavailable
+from icrlhf.kinds import kind_of
+from icrlhf.memory import selectors as memory_selectors
+from icrlhf.memory import services as memory_services
+from icrlhf.queues.models import Item, Queue
+
+logger = logging.getLogger(__name__)
+
+# A claimed row whose worker died is claimable again once its lease runs out.
+_PREPARE_LEASE = timedelta(minutes=5)
+# Memory candidates are drawn from this many nearest stored requests, not only from the k in
+# the prompt: near neighbours often share one answer, and distinct answers are what is offered.
+MEMORY_NEIGHBOURS = 20
+
+
+# Broker priorities 0 (served first) to 9: CELERY_BROKER_TRANSPORT_OPTIONS["priority_steps"].
+_LOWEST_PRIORITY = 9
+_UNFINISHED = (Generation.Status.PENDING, Generation.Status.PREPARING, Generation.Status.RUNNING)
+
+
+def fair_priority(*, generation_id: int, queue_id: int) -> int:
+    """The broker priority of a generation's tasks: how many of its own queue's unfinished
+    generations are in line before it (0, 1, 2–3, 4–7, … 256 and more → 9).
+
+    One worker queue is first come, first served: a flood in one queue would make every
+    other queue wait behind all of it. Ranked this way, the next item of a queue with nothing
+    waiting goes ahead of the flood's backlog, and floods in two queues are served in turn.
+    """
+    ahead = Generation.objects.filter(
+        item__queue_id=queue_id, status__in=_UNFINISHED, pk__lt=generation_id
+    ).count()
+    return min(_LOWEST_PRIORITY, ahead.bit_length())
+
+
+def _candidate_lease() -> timedelta:
+    return timedelta(seconds=settings.LLM_TIMEOUT_S + 30)
+
+
+def generation_prepare(*, generation_id: int) -> list[int]:
+    """Retrieve examples, build and store the exact messages, and fan out the candidates.
+
+    Returns the ids of the candidates enqueued (none when someone else has the generation).
+    """
+    now = timezone.now()
+    claimed = (
+        Generation.objects.filter(pk=generation_id)
+        .filter(
+            Q(status=Generation.Status.PENDING)
+            | Q(status=Generation.Status.PREPARING, lease_expires_at__lt=now)
+        )
+        .update(status=Generation.Status.PREPARING, lease_expires_at=now + _PREPARE_LEASE)
+    )
+    if not claimed:
+        return []
+    generation = Generation.objects.select_related("item__queue").get(pk=generation_id)
+    item, queue = generation.item, generation.item.queue
+
+    started = time.monotonic()
+    recall = memory_selectors.Recall(examples=[], neighbours=[])
+    retrieval_error = ""
+    try:
+        recall = memory_selectors.examples_recall(
+            queue=queue,
+            query_text=item.input_text,
+            k=queue.k_examples,
+            token_budget=queue.example_token_budget,
+            pool=MEMORY_NEIGHBOURS if queue.memory_candidates else 0,
+        )
+    except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
+        # Better an answer without memory than no answer: the reviewer sees why.
+        logger.warning("Retrieval skipped for generation %s: %s", generation_id, error)
+        retrieval_error = "Memory was unavailable, so no examples were retrieved."
+    retrieved = recall.examples
+    retrieval_ms = int((time.monotonic() - started) * 1000)
+
+    messages = messages_build(
+        instructions=kind_of(queue).instructions(queue),
+        system_prompt=queue.system_prompt,
+        guidelines=queue.guidelines,
+        guidelines_version=queue.guidelines_version,
+        examples=[PromptExample(r.example.input_text, r.example.output_text) for r in retrieved],
+        request=item.input_text,
+    )
+    with transaction.atomic():
+        memory_services.retrievals_record(generation_id=generation.pk, retrieved=retrieved)
+        Generation.objects.filter(pk=generation_id).update(
+            status=Generation.Status.RUNNING,
+            messages=messages,
+            retrieval_error=retrieval_error,
+            retrieval_ms=retrieval_ms,
+            prepared_at=timezone.now(),
+            lease_expires_at=None,
+        )
+        pending = list(generation.candidates.filter(status=Candidate.Status.PENDING).order_by("pk"))
+        answered = _memory_candidates_fill(
+            pending=pending, neighbours=recall.neighbours, queue=queue
+        )
+        candidate_ids = [c.pk for c in pending[answered:]]
+        priority = fair_priority(generation_id=generation_id, queue_id=queue.pk)
+        transaction.on_commit(
+            lambda: [
+                tasks.candidate_generate.apply_async((pk,), priority=priority)
+                for pk in candidate_ids
+            ],
+            robust=True,
+        )
+    if not candidate_ids:
+        generation_finish_if_complete(generation_id=generation_id)
+    return candidate_ids
+
+
+def _memory_candidates_fill(
+    *,
+    pending: list[Candidate],
+    neighbours: list[memory_selectors.RetrievedExample],
+    queue: Queue,
+) -> int:
+    """Offer the preferred answers of the closest stored examples as the first candidates:
+    an answer reviewers already accepted for a near-identical request is often the right
+    one, and it costs no LLM call. Distinct answers only, nearest first."""
+    offers: list[memory_selectors.RetrievedExample] = []
+    seen: set[str] = set()
+    for hit in neighbours:
+        text = hit.example.output_text.strip()
+        if hit.score < queue.memory_min_similarity or text in seen:
+            continue
+        seen.add(text)
+        offers.append(hit)
+    offers = offers[: min(queue.memory_candidates, len(pending))]
+    now = timezone.now()
+    for candidate, hit in zip(pending, offers, strict=False):
+        parsed = kind_of(queue).parse(hit.example.output_text, queue)
+        Candidate.objects.filter(pk=candidate.pk, status=Candidate.Status.PENDING).update(
+            status=Candidate.Status.DONE,
+            source=Candidate.Source.MEMORY,
+            source_example=hit.example,
+            text=hit.example.output_text,
+            fields=parsed.fields,
+            parse_error=parsed.error,
+            model="memory",
+            latency_ms=0,
+            started_at=now,
+            finished_at=now,
+        )
+    return len(offers)
+
+
+def candidate_generate(*, candidate_id: int) -> None:
+    """Claim a candidate, call the model once, save the answer or the error.
+
+    A transient error puts the candidate back to pending and re-raises, so the task retries.
+    Attempts are capped on the row, not only on the task: a candidate enqueued again (by the
+    sweeper, by a redelivery) never calls the model more than LLM_MAX_RETRIES + 1 times.
+    """
+    now = timezone.now()
+    max_attempts = settings.LLM_MAX_RETRIES + 1
+    claimable = Candidate.objects.filter(pk=candidate_id).filter(
+        Q(status=Candidate.Status.PENDING)
+        | Q(status=Candidate.Status.RUNNING, lease_expires_at__lt=now)
+    )
+    claimed = claimable.filter(attempts__lt=max_attempts).update(
+        status=Candidate.Status.RUNNING,
+        lease_expires_at=now + _candidate_lease(),
+        attempts=F("attempts") + 1,
+        started_at=now,
+    )
+    if not claimed:
+        last_error = claimable.values_list("error", flat=True).first()
+        if last_error is not None:  # claimable, but out of attempts
+            reason = last_error.removeprefix("Retrying: ") or "Its worker stopped while generating."
+            candidate_fail(
+                candidate_id=candidate_id,
+                message=f"Gave up after {max_attempts} attempts. {reason}",
+            )
+        return
+    candidate = Candidate.objects.select_related("generation__item__queue").get(pk=candidate_id)
+    generation = candidate.generation
+    queue = generation.item.queue
+    try:
+        completion = llm.complete(
+            messages=generation.messages,
+            model=generation.model,
+            api_base=generation.api_base,
+            params=generation.params,
+        )
+    except llm.TransientLLMError as error:
+        Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.RUNNING).update(
+            status=Candidate.Status.PENDING, error=f"Retrying: {error}", lease_expires_at=None
+        )
+        raise
+    except llm.PermanentLLMError as error:
+        candidate_fail(candidate_id=candidate_id, message=str(error))
+        return
+    parsed = kind_of(queue).parse(completion.text, queue)
+    Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.RUNNING).update(
+        status=Candidate.Status.DONE,
+        fields=parsed.fields,
+        parse_error=parsed.error,
+        text=completion.text,
+        error="",
+        model=completion.model,
+        latency_ms=completion.latency_ms,
+        prompt_tokens=completion.prompt_tokens,
+        completion_tokens=completion.completion_tokens,
+        cost_usd=completion.cost_usd,
+        finished_at=timezone.now(),
+        lease_expires_at=None,
+    )
+    generation_finish_if_complete(generation_id=generation.pk)
+
+
+def candidate_fail(*, candidate_id: int, message: str) -> None:
+    updated = Candidate.objects.filter(
+        pk=candidate_id, status__in=[Candidate.Status.PENDING, Candidate.Status.RUNNING]
+    ).update(
+        status=Candidate.Status.FAILED,
+        error=message,
+        finished_at=timezone.now(),
+        lease_expires_at=None,
+    )
+    if updated:
+        generation_id = Candidate.objects.values_list("generation_id", flat=True).get(
+            pk=candidate_id
+        )
+        generation_finish_if_complete(generation_id=generation_id)
+
+
+def generation_fail(*, generation_id: int, message: str) -> None:
+    """The generation could not be prepared: fail its unstarted candidates, hence the item."""
+    Candidate.objects.filter(generation_id=generation_id, status=Candidate.Status.PENDING).update(
+        status=Candidate.Status.FAILED, error=message, finished_at=timezone.now()
+    )
+    Generation.objects.filter(
+        pk=generation_id, status__in=[Generation.Status.PENDING, Generation.Status.PREPARING]
+    ).update(status=Generation.Status.RUNNING, lease_expires_at=None)
+    generation_finish_if_complete(generation_id=generation_id)
+
+
+def generation_finish_if_complete(*, generation_id: int) -> None:
+    """Called after each candidate settles; the one that settles last flips the item.
+
+    Each caller has committed its own candidate first, so the last of them sees all settled;
+    the conditional UPDATEs make a second flip harmless.
+    """
+    candidates = Candidate.objects.filter(generation_id=generation_id)
+    if candidates.filter(status__in=[Candidate.Status.PENDING, Candidate.Status.RUNNING]).exists():
+        return
+    any_done = candidates.filter(status=Candidate.Status.DONE).exists()
+    with transaction.atomic():
+        flipped = Generation.objects.filter(
+            pk=generation_id, status=Generation.Status.RUNNING
+        ).update(
+            status=Generation.Status.DONE if any_done else Generation.Status.FAILED,
+            finished_at=timezone.now(),
+        )
+        if flipped:
+            item_id = Generation.objects.values_list("item_id", flat=True).get(pk=generation_id)
+            Item.objects.filter(pk=item_id, status=Item.Status.GENERATING).update(
+                status=Item.Status.READY if any_done else Item.Status.FAILED,
+                updated_at=timezone.now(),
+            )

@@ -1,0 +1,54 @@
+"""The sweeper's read-only scan: generation work that no task will finish."""
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from icrlhf.generation.models import Candidate, Generation
+
+
+@dataclass(frozen=True)
+class Sweep:
+    prepare: list[int]  # generation ids to prepare again
+    generate: list[int]  # candidate ids to generate again
+
+
+def generations_sweep(*, broker_idle: bool) -> Sweep:
+    """Finds generation work that no task will finish, and says what to enqueue again.
+
+    A running row whose lease expired lost its worker (killed, out of memory): it is claimable
+    again (and a candidate out of attempts fails when its task claims it). A pending row has a
+    message in the broker, unless the broker lost it (a restart); that is only knowable when
+    the broker's queue is empty (`broker_idle`) and the row has waited longer than any retry
+    would. Enqueuing twice is harmless: every task claims its row with a conditional UPDATE.
+    """
+    now = timezone.now()
+    generate = set(
+        Candidate.objects.filter(
+            status=Candidate.Status.RUNNING, lease_expires_at__lt=now
+        ).values_list("pk", flat=True)
+    )
+    prepare = set(
+        Generation.objects.filter(
+            status=Generation.Status.PREPARING, lease_expires_at__lt=now
+        ).values_list("pk", flat=True)
+    )
+    if broker_idle:
+        lost_before = now - timedelta(seconds=settings.GENERATION_LOST_AFTER_S)
+        prepare |= set(
+            Generation.objects.filter(
+                status=Generation.Status.PENDING, created_at__lt=lost_before
+            ).values_list("pk", flat=True)
+        )
+        generate |= set(
+            Candidate.objects.filter(
+                status=Candidate.Status.PENDING, generation__status=Generation.Status.RUNNING
+            )
+            .annotate(waiting_since=Coalesce("started_at", "generation__prepared_at"))
+            .filter(waiting_since__lt=lost_before)
+            .values_list("pk", flat=True)
+        )
+    return Sweep(prepare=sorted(prepare), generate=sorted(generate))
