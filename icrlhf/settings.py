@@ -6,8 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
+
+# Generic classes (ModelAdmin[Example], QuerySet[Item]) subscriptable at runtime, as typed.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("ICRLHF_VAR_DIR", BASE_DIR / "var"))

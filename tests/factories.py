@@ -5,6 +5,7 @@ from django.contrib.auth.models import Group, Permission
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.roles import curator_permissions_grant
+from icrlhf.review.models import Decision
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -50,18 +51,45 @@ class ItemFactory(factory.django.DjangoModelFactory):
     status = Item.Status.READY
 
 
+class GenerationFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Generation
+
+    item = factory.SubFactory(ItemFactory)
+    model = "openai/test-model"
+    params: dict[str, object] = {}
+    n_candidates = 1
+    status = Generation.Status.DONE
+    messages = factory.LazyAttribute(lambda g: [{"role": "user", "content": g.item.input_text}])
+
+
+class CandidateFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Candidate
+
+    generation = factory.SubFactory(GenerationFactory)
+    position = factory.Sequence(lambda n: n)
+    status = Candidate.Status.DONE
+    text = factory.Sequence(lambda n: f"Answer number {n}.")
+
+
+class DecisionFactory(factory.django.DjangoModelFactory):
+    """A decision row as stored (for reading it back); decisions made the way reviewers make
+    them go through review.decisions.decision_record."""
+
+    class Meta:
+        model = Decision
+
+    generation = factory.SubFactory(GenerationFactory)
+    item = factory.SelfAttribute("generation.item")
+    reviewer = factory.SubFactory(UserFactory)
+    verdict = Decision.Verdict.NONE_ACCEPTABLE
+    guideline_version = 1
+
+
 def ready_generation(item: Item, texts: list[str]) -> Generation:
     """A finished generation with one done candidate per text (no model involved)."""
-    generation = Generation.objects.create(
-        item=item,
-        model="openai/test-model",
-        params={},
-        n_candidates=len(texts),
-        status=Generation.Status.DONE,
-        messages=[{"role": "user", "content": item.input_text}],
-    )
+    generation = GenerationFactory(item=item, n_candidates=len(texts))
     for position, text in enumerate(texts):
-        Candidate.objects.create(
-            generation=generation, position=position, text=text, status=Candidate.Status.DONE
-        )
+        CandidateFactory(generation=generation, position=position, text=text)
     return generation

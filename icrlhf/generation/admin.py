@@ -4,7 +4,7 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.queues.admin_scope import QueueScopedAdmin
 
 
-class CandidateInline(admin.TabularInline):  # type: ignore[type-arg]
+class CandidateInline(admin.TabularInline[Candidate, Generation]):
     model = Candidate
     extra = 0
     can_delete = False
@@ -13,7 +13,7 @@ class CandidateInline(admin.TabularInline):  # type: ignore[type-arg]
 
 
 @admin.register(Generation)
-class GenerationAdmin(QueueScopedAdmin):
+class GenerationAdmin(QueueScopedAdmin[Generation]):
     queue_lookup = "item__queue"
     list_display = ["pk", "item", "status", "model", "n_candidates", "created_at", "finished_at"]
     list_filter = ["status", "model"]

@@ -11,7 +11,7 @@ from icrlhf.queues.admin_scope import QueueScopedAdmin
 
 
 @admin.register(IntegrationToken)
-class IntegrationTokenAdmin(QueueScopedAdmin):
+class IntegrationTokenAdmin(QueueScopedAdmin[IntegrationToken]):
     list_display = ["name", "queue", "prefix", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["queue"]
     fields = ["queue", "name", "prefix", "created_at", "last_used_at", "revoked_at"]

@@ -236,4 +236,4 @@ def api_urls() -> tuple[Any, str, str]:
     for pattern in urls[0]:
         if getattr(pattern, "name", "") not in {"openapi-json", "openapi-view"}:
             pattern.callback.login_required = False  # type: ignore[union-attr]
-    return urls  # type: ignore[no-any-return]
+    return urls

@@ -23,8 +23,8 @@ def nice_ceiling(value: float) -> float:
     """The axis top for a largest value: 1, 2, 2.5 or 5 times a power of ten above it."""
     if value <= 0:
         return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    return next(step * power for step in (1, 2, 2.5, 5, 10) if step * power >= value)
+    power = 10.0 ** math.floor(math.log10(value))
+    return next(step * power for step in (1.0, 2.0, 2.5, 5.0, 10.0) if step * power >= value)
 
 
 def line_chart(

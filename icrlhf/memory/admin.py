@@ -58,7 +58,7 @@ class WeightActionForm(ActionForm):
 
 
 @admin.register(Example)
-class ExampleAdmin(QueueScopedAdmin):
+class ExampleAdmin(QueueScopedAdmin[Example]):
     list_display = [
         "short_input",
         "queue",
@@ -244,7 +244,7 @@ class ExampleAdmin(QueueScopedAdmin):
 
 
 @admin.register(CurationEvent)
-class CurationEventAdmin(QueueScopedAdmin):
+class CurationEventAdmin(QueueScopedAdmin[CurationEvent]):
     """The audit log: read-only."""
 
     list_display = ["created_at", "actor", "action", "example_id", "queue", "detail"]

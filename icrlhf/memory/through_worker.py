@@ -7,7 +7,7 @@ from celery.exceptions import TimeoutError as ResultTimeout
 from django.core.management.base import CommandError
 
 
-def run_in_worker(task: Task, *, timeout_s: float, **kwargs: Any) -> dict[str, Any]:  # type: ignore[type-arg]
+def run_in_worker(task: Task, *, timeout_s: float, **kwargs: Any) -> dict[str, Any]:
     try:
         return dict(task.apply_async(kwargs=kwargs).get(timeout=timeout_s))
     except (ResultTimeout, TimeoutError) as error:

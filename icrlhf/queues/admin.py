@@ -8,7 +8,7 @@ from icrlhf.queues.models import Item, Queue
 
 
 @admin.register(Queue)
-class QueueAdmin(QueueScopedAdmin):
+class QueueAdmin(QueueScopedAdmin[Queue]):
     queue_lookup = "pk"
     list_display = ["name", "slug", "kind", "n_candidates", "k_examples", "model"]
     prepopulated_fields = {"slug": ["name"]}
@@ -24,7 +24,7 @@ class QueueAdmin(QueueScopedAdmin):
 
 
 @admin.register(Item)
-class ItemAdmin(QueueScopedAdmin):
+class ItemAdmin(QueueScopedAdmin[Item]):
     list_display = ["pk", "queue", "status", "source", "created_at"]
     list_filter = ["queue", "status", "source"]
     search_fields = ["input_text", "external_id"]

@@ -2,21 +2,23 @@
 acts on the rows of the queues they belong to, and nothing else (lists, per-object pages,
 bulk actions, search, filters, foreign-key choices)."""
 
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
 from icrlhf.queues.access import is_admin, queues_visible
 from icrlhf.queues.models import Queue
 
+_M = TypeVar("_M", bound=Model)
 
-class QueueScopedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+
+class QueueScopedAdmin(admin.ModelAdmin[_M]):
     # How a row reaches its queue ("queue", "item__queue"; "pk" for the queue itself).
     queue_lookup = "queue"
 
-    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[_M]:
         # Every list, change page, action and search starts from this queryset.
         queryset = super().get_queryset(request)
         if is_admin(request.user):

@@ -5,7 +5,7 @@ from icrlhf.review.models import Decision
 
 
 @admin.register(Decision)
-class DecisionAdmin(QueueScopedAdmin):
+class DecisionAdmin(QueueScopedAdmin[Decision]):
     """Read-only: decisions are append-only."""
 
     queue_lookup = "item__queue"

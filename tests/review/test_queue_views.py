@@ -5,6 +5,7 @@ from django.test import Client
 
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.queues.models import Item
+from tests.factories import CandidateFactory, GenerationFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -62,11 +63,9 @@ def test_the_candidates_partial_polls_until_the_generation_finishes(
     logged_in: Client, queue: Any
 ) -> None:
     item = Item.objects.create(queue=queue, input_text="q", status=Item.Status.GENERATING)
-    generation = Generation.objects.create(
-        item=item, model="m", n_candidates=2, status=Generation.Status.RUNNING
-    )
-    Candidate.objects.create(generation=generation, position=0, status="done", text="first")
-    Candidate.objects.create(generation=generation, position=1, status="running")
+    generation = GenerationFactory(item=item, n_candidates=2, status=Generation.Status.RUNNING)
+    CandidateFactory(generation=generation, position=0, text="first")
+    CandidateFactory(generation=generation, position=1, status=Candidate.Status.RUNNING)
 
     polling = logged_in.get(f"/items/{item.pk}/", HTTP_HX_REQUEST="true")
     assert polling.status_code == 200
@@ -86,16 +85,10 @@ def test_the_candidates_partial_polls_until_the_generation_finishes(
 
 def test_llm_output_is_escaped(logged_in: Client, queue: Any) -> None:
     item = Item.objects.create(queue=queue, input_text="<b>hi</b>", status=Item.Status.READY)
-    generation = Generation.objects.create(
-        item=item,
-        model="m",
-        n_candidates=1,
-        status=Generation.Status.DONE,
-        messages=[{"role": "user", "content": "<img src=x onerror=alert(2)>"}],
+    generation = GenerationFactory(
+        item=item, messages=[{"role": "user", "content": "<img src=x onerror=alert(2)>"}]
     )
-    Candidate.objects.create(
-        generation=generation, position=0, status="done", text="<script>alert(1)</script>"
-    )
+    CandidateFactory(generation=generation, position=0, text="<script>alert(1)</script>")
     page = logged_in.get(f"/items/{item.pk}/").content.decode()
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
