@@ -5,7 +5,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from icrlhf.accounts.views import RateLimitedLoginView
-from icrlhf.ingest.api import api_urls
+from icrlhf.api import api_urls
 
 urlpatterns = [
     path("api/v1/", api_urls()),

@@ -5,6 +5,7 @@ from django.http import HttpRequest
 
 from icrlhf.queues.admin_scope import QueueScopedAdmin
 from icrlhf.queues.models import Item, Queue
+from icrlhf.queues.services import queue_save
 
 
 @admin.register(Queue)
@@ -17,10 +18,7 @@ class QueueAdmin(QueueScopedAdmin[Queue]):
     readonly_fields = ["guidelines_version"]
 
     def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
-        # Decisions record the guideline version they were made under: any edit is a new one.
-        if change and "guidelines" in form.changed_data:
-            obj.guidelines_version += 1
-        super().save_model(request, obj, form, change)
+        queue_save(queue=obj)
 
 
 @admin.register(Item)

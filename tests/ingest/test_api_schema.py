@@ -8,7 +8,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
-from icrlhf.ingest.api import api
+from icrlhf.api import api
 from icrlhf.wsgi import application
 
 schema = schemathesis.openapi.from_dict(api.get_openapi_schema(path_prefix="/api/v1"))

@@ -1,0 +1,78 @@
+"""The REST API (django-ninja): one router per app, mounted here under /api/v1/, with the
+errors every endpoint shares (429 with Retry-After, 422 listing each invalid field)."""
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from ninja import NinjaAPI
+from ninja.errors import Throttled
+from ninja.errors import ValidationError as NinjaValidationError
+
+from icrlhf.export.api import router as export_router
+from icrlhf.ingest.api import TicketLimitReached
+from icrlhf.ingest.api import router as tickets_router
+from icrlhf.ingest.auth import TokenAuth
+
+api = NinjaAPI(
+    title="icrlhf API",
+    version="1",
+    description="Send tickets in; read their triage. Authenticate with `Authorization: "
+    "Bearer <token>` (a token belongs to one queue; staff create them in the admin).",
+    auth=TokenAuth(),
+    urls_namespace="api",
+)
+
+
+def _too_many(request: HttpRequest, detail: str, wait: int) -> HttpResponse:
+    response = api.create_response(
+        request, {"detail": f"{detail} Nothing was saved.", "errors": []}, status=429
+    )
+    response["Retry-After"] = str(wait)
+    return response
+
+
+@api.exception_handler(Throttled)
+def throttled(request: HttpRequest, error: Throttled) -> HttpResponse:
+    wait = error.wait or 60
+    return _too_many(request, f"Too many requests; retry in {wait} s.", wait)
+
+
+@api.exception_handler(TicketLimitReached)
+def ticket_limit_reached(request: HttpRequest, error: TicketLimitReached) -> HttpResponse:
+    return _too_many(request, str(error), error.wait)
+
+
+@api.exception_handler(NinjaValidationError)
+def validation_failed(request: HttpRequest, error: NinjaValidationError) -> HttpResponse:
+    problems = [
+        {"field": _field_path(problem.get("loc", ())), "message": str(problem.get("msg"))}
+        for problem in error.errors
+    ]
+    return api.create_response(
+        request,
+        {"detail": "The request is invalid; nothing was saved.", "errors": problems},
+        status=422,
+    )
+
+
+def _field_path(location: Any) -> str:
+    """ninja locates a body field as ("body", "payload", "subject"): keep "subject"."""
+    parts = [str(part) for part in location]
+    for prefix in ("body", "payload"):
+        if parts[:1] == [prefix]:
+            parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+api.add_router("/", tickets_router)
+api.add_router("/", export_router)
+
+
+def api_urls() -> tuple[Any, str, str]:
+    """The API's URL patterns, exempt from the site-wide login (the token authenticates),
+    except the docs and the schema, which are for logged-in people."""
+    urls = api.urls  # a property that builds new patterns on every access: read it once
+    for pattern in urls[0]:
+        if getattr(pattern, "name", "") not in {"openapi-json", "openapi-view"}:
+            pattern.callback.login_required = False  # type: ignore[union-attr]
+    return urls

@@ -1,0 +1,43 @@
+"""The export's API: a queue's decisions as JSON lines, for the token's queue."""
+
+from datetime import datetime
+from typing import Literal
+
+from django.http import HttpRequest, StreamingHttpResponse
+from django.http.response import HttpResponseBase
+from ninja import Router
+
+from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.ingest.auth import token_of
+from icrlhf.ingest.schemas import ErrorOut
+
+router = Router(tags=["export"])
+
+
+@router.get(
+    "/exports/preferences",
+    summary="Export this queue's decisions as JSON lines (streamed)",
+    response={200: None, 422: ErrorOut},
+)
+def preferences_export(
+    request: HttpRequest,
+    format: Literal["canonical", "trl", "openai", "kto"] = "canonical",  # noqa: A002
+    decided_from: datetime | None = None,
+    decided_to: datetime | None = None,
+    reviewer: str = "",
+    verdict: Literal["", "chosen", "edited", "none_acceptable"] = "",
+    since_last_export: bool = False,
+    anonymize: bool = False,
+) -> HttpResponseBase:
+    token = token_of(request)
+    filters = ExportFilters(
+        queue=token.queue,
+        decided_from=decided_from,
+        decided_to=decided_to,
+        reviewer=reviewer,
+        verdict=verdict,
+        since_last_export=since_last_export,
+        anonymize=anonymize,
+    )
+    lines = export_lines(fmt=format, filters=filters, consumer=f"token:{token.pk}")
+    return StreamingHttpResponse(lines, content_type="application/x-ndjson")
