@@ -1,10 +1,11 @@
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -220,38 +221,43 @@ def skip(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
 
 @require_POST
 def candidate_retry(request: HttpRequest, candidate_id: int) -> HttpResponse:
-    candidate = get_object_or_404(
-        Candidate.objects.select_related("generation__item__queue"), pk=candidate_id
+    candidate = get_object_or_404(Candidate.objects.select_related("generation"), pk=candidate_id)
+    return _regeneration(
+        request,
+        candidate.generation.item_id,
+        lambda reviewer: review_claims.candidate_retry(
+            candidate_id=candidate.pk, reviewer=reviewer
+        ),
+        done=f"Retrying candidate {candidate.label}.",
     )
-    item = candidate.generation.item
-    review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
-    try:
-        review_claims.candidate_retry(
-            candidate_id=candidate.pk,
-            reviewer=request.user,  # type: ignore[arg-type]  # login is required
-        )
-    except review_claims.DecisionConflict as error:
-        messages.error(request, str(error))
-    except ValidationError as error:
-        messages.error(request, " ".join(error.messages))
-    else:
-        messages.info(request, f"Retrying candidate {candidate.label}.")
-    return redirect("review:item", item_id=item.pk)
 
 
 @require_POST
 def item_regenerate(request: HttpRequest, item_id: int) -> HttpResponse:
     item = get_object_or_404(Item, pk=item_id)
-    review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
+    return _regeneration(
+        request,
+        item.pk,
+        lambda reviewer: review_claims.item_regenerate(item_id=item.pk, reviewer=reviewer),
+        done="Generating a new set of candidates.",
+    )
+
+
+def _regeneration(
+    request: HttpRequest, item_id: int, action: Callable[[User], object], *, done: str
+) -> HttpResponse:
+    """Retry and regenerate: for reviewers of the item's queue, under the claim rule; the item
+    page says what happened."""
+    queue_id = Item.objects.values_list("queue_id", flat=True).get(pk=item_id)
+    review_check(request.user, queue_for_member(request.user, pk=queue_id))
+    if not isinstance(request.user, User):  # review_check lets only a reviewer through
+        raise PermissionDenied
     try:
-        review_claims.item_regenerate(
-            item_id=item.pk,
-            reviewer=request.user,  # type: ignore[arg-type]  # login is required
-        )
+        action(request.user)
     except review_claims.DecisionConflict as error:
         messages.error(request, str(error))
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
     else:
-        messages.info(request, "Generating a new set of candidates.")
-    return redirect("review:item", item_id=item.pk)
+        messages.info(request, done)
+    return redirect("review:item", item_id=item_id)
