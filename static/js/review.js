@@ -25,8 +25,13 @@
   }
 
   function form() { return document.getElementById("decision-form"); }
+  // Keys typed into a form control are the control's (a select's type-ahead, a reply, a
+  // comment), never shortcuts. A radio or checkbox takes no text: shortcuts work there.
+  const NOT_TEXT_INPUTS = ["radio", "checkbox", "button", "submit", "reset"];
   function typing(target) {
-    return target && (target.tagName === "TEXTAREA" || target.tagName === "INPUT" && target.type === "text");
+    if (!target || !target.tagName) return false;
+    if (target.isContentEditable || target.tagName === "TEXTAREA" || target.tagName === "SELECT") return true;
+    return target.tagName === "INPUT" && NOT_TEXT_INPUTS.indexOf(target.type) === -1;
   }
 
   // --- Word diff between a candidate and its edit ----------------------------------------------
@@ -182,7 +187,9 @@
     }
     if (event.key === "Escape" && typing(event.target)) { event.target.blur(); return; }
     if (typing(event.target) || event.altKey || event.ctrlKey || event.metaKey) return;
-    if (document.getElementById("keymap").open && event.key !== "?") return;
+    // An open dialog has the keyboard (the shortcut list closes again with "?").
+    const dialog = document.querySelector("dialog[open]");
+    if (dialog && !(dialog.id === "keymap" && event.key === "?")) return;
     if (/^[1-8]$/.test(event.key)) { event.preventDefault(); pick(event.key); }
     else if (event.key === "e") { event.preventDefault(); editPicked(); }
     else if (event.key === "x") { event.preventDefault(); pick("none"); }

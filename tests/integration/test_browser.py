@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from icrlhf.generation.models import Candidate
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.decisions import decision_record
@@ -333,3 +334,51 @@ def test_a_ticket_is_triaged_end_to_end(
     assert (item.category, item.priority, item.ticket_status) == ("card_arrival", "urgent", "open")
     page.goto(f"{live_server.url}/q/{queue.slug}/?category=card_arrival")
     expect(page.get_by_role("row").filter(has_text="Card never came")).to_contain_text("Open")
+
+
+def test_shortcut_keys_never_fire_inside_a_form_control(
+    live_server: Any, page: Page, reviewer: Any
+) -> None:
+    """Typing into the triage drop-downs, the reply and the comment types there: "x" does not
+    switch to none acceptable, "s" does not skip, "u" does not undo the previous ticket."""
+    categories = ["card_arrival", "exchange_rate", "lost_or_stolen_card"]
+    queue = QueueFactory(kind="triage", members=[reviewer], categories=categories)
+    fields = {"category": "card_arrival", "priority": "low", "reply": "On its way."}
+    first, second = ready_items(queue, 2, [json.dumps(fields), json.dumps(fields)])
+    Candidate.objects.filter(generation__item__in=[first, second]).update(fields=fields)
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name=f"Item {second.pk}")).to_be_visible()
+    page.wait_for_load_state()
+    page.keyboard.press("1")
+    pick_one = page.get_by_label("Pick candidate 1")
+    expect(pick_one).to_be_checked()
+
+    category = page.get_by_label("Category")
+    category.focus()
+    page.keyboard.type("exch")  # the select's own type-ahead: exchange_rate
+    expect(category).to_have_value("exchange_rate")
+    priority = page.get_by_label("Priority", exact=True)
+    priority.focus()
+    page.keyboard.type("u")  # type-ahead for "urgent", not undo
+    expect(priority).to_have_value("urgent")
+    page.get_by_label("Reply").fill("")
+    page.get_by_label("Reply").press_sequentially("Thanks, we are on it")
+    page.get_by_label("Comment").press_sequentially("exchange issues")
+
+    expect(pick_one).to_be_checked()
+    expect(page.get_by_label("None acceptable")).not_to_be_checked()
+    expect(page.get_by_role("heading", name=f"Item {second.pk}")).to_be_visible()
+    assert Decision.objects.standing().filter(item=first).exists()  # not undone
+    assert not Claim.objects.filter(item=second, skipped=True).exists()  # not skipped
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_text(f"Saved item {second.pk}: edited.")).to_be_visible()
+    decision = Decision.objects.standing().get(item=second)
+    assert decision.final_fields == {
+        "category": "exchange_rate",
+        "priority": "urgent",
+        "reply": "Thanks, we are on it",
+    }
+    assert decision.comment == "exchange issues"
