@@ -5,6 +5,7 @@ for it. Each kind lives in its own package under icrlhf/kinds/ with its template
 templates/kinds/<name>/, and is registered in icrlhf/kinds/__init__.py."""
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import QuerySet
 
@@ -52,8 +53,13 @@ class QueueKind:
         when the kind has no fields and the final text is the answer itself."""
         return None
 
-    def on_decision(self, *, item_id: int, final: Final) -> None:
-        """What a confirmed decision changes beyond the decision itself."""
+    def on_decision(self, *, item_id: int, final: Final) -> dict[str, Any] | None:
+        """Apply what a confirmed decision changes beyond the decision itself; returns what
+        it replaced (JSON), for `on_undo`."""
+        return None
+
+    def on_undo(self, *, item_id: int, replaced: dict[str, Any]) -> None:
+        """Put back what `on_decision` replaced."""
 
     def review_order(self, items: QuerySet[Item]) -> QuerySet[Item]:
         """The order reviewers are given items in: the oldest first."""

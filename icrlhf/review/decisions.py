@@ -14,7 +14,7 @@ from django.utils import timezone
 from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.integrations import webhooks
-from icrlhf.kinds import kind_of
+from icrlhf.kinds import Final, kind_of
 from icrlhf.memory import services as memory_services
 from icrlhf.memory.curation import examples_usage_record
 from icrlhf.memory.services import ExampleDraft
@@ -119,9 +119,9 @@ def decision_record(
     _memory_teach(decision)
     _memory_credit(decision)
     if final is not None:
-        kind.on_decision(item_id=item.pk, final=final)
-        if item.queue.webhook_url:
-            transaction.on_commit(lambda: tasks.ticket_webhook.delay(decision.pk), robust=True)
+        decision.replaced = kind.on_decision(item_id=item.pk, final=final)
+        decision.save(update_fields=["replaced"])  # part of creating it, same transaction
+        _webhook_on_commit(decision, TRIAGED)
     Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
     _item_settle(item)
     return decision
@@ -162,6 +162,9 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
     memory_services.examples_withdraw(decision_id=decision.pk)
     _memory_credit(decision, undo=True)
     item = item_lock(decision.item_id)
+    if decision.replaced is not None:
+        _kind_undo(item, decision)
+        _webhook_on_commit(decision, TRIAGE_UNDONE)
     _item_settle(item)
     Claim.objects.update_or_create(
         item=item, reviewer=reviewer, defaults={"expires_at": now + claim_ttl(), "skipped": False}
@@ -242,25 +245,51 @@ def _candidate_for(
     return candidate
 
 
-def ticket_webhook_send(*, decision_id: int) -> None:
+def _kind_undo(item: Item, undone: Decision) -> None:
+    """Put back what the undone decision changed through its kind, unless another reviewer's
+    standing decision on the item should show instead (then theirs is applied again)."""
+    kind = kind_of(item.queue)
+    other = item.decisions.standing().exclude(final_fields=None).order_by("-created_at").first()
+    if other is not None and other.final_fields is not None:
+        kind.on_decision(item_id=item.pk, final=Final(other.final_fields, other.final_text))
+    elif undone.replaced is not None:
+        kind.on_undo(item_id=item.pk, replaced=undone.replaced)
+
+
+# The decision webhook's events: a triage confirmed, and one taken back.
+TRIAGED = "ticket.triaged"
+TRIAGE_UNDONE = "ticket.triage_undone"
+
+
+def _webhook_on_commit(decision: Decision, event: str) -> None:
+    if decision.item.queue.webhook_url:
+        transaction.on_commit(lambda: tasks.ticket_webhook.delay(decision.pk, event), robust=True)
+
+
+def ticket_webhook_send(*, decision_id: int, event: str = TRIAGED) -> None:
+    """Tell the helpdesk, signed: a triage confirmed (unless undone since), or undone (with
+    the ticket as it is now, restored)."""
     decision = Decision.objects.select_related("item__queue", "reviewer").get(pk=decision_id)
     item, queue = decision.item, decision.item.queue
-    if not queue.webhook_url or decision.superseded_at is not None:
+    if not queue.webhook_url or (event == TRIAGED and decision.superseded_at is not None):
         return
     payload = {
-        "event": "ticket.triaged",
+        "event": event,
         "ticket": {
             "id": item.pk,
             "external_id": item.external_id,
             "subject": item.subject,
             "status": item.ticket_status,
+            "category": item.category,
+            "priority": item.priority,
         },
         "triage": decision.final_fields,
         "verdict": decision.verdict,
         "decided_by": decision.reviewer.get_username(),
         "decided_at": decision.created_at.isoformat(),
+        "undone_at": decision.superseded_at.isoformat() if decision.superseded_at else None,
         "queue": queue.slug,
     }
     webhooks.post_signed(
-        url=queue.webhook_url, secret=queue.webhook_secret, event="ticket.triaged", payload=payload
+        url=queue.webhook_url, secret=queue.webhook_secret, event=event, payload=payload
     )

@@ -37,6 +37,12 @@ class Decision(models.Model):
     final_fields = models.JSONField(
         null=True, blank=True, help_text="Triage: the confirmed category, priority and reply."
     )
+    replaced = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="What the decision changed beyond itself, as it was before (a triage: the "
+        "ticket's category, priority and status), so that an undo restores it.",
+    )
     reason_tags = models.JSONField(default=list, blank=True)
     comment = models.TextField(blank=True)
     guideline_version = models.PositiveIntegerField()

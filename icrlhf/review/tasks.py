@@ -13,5 +13,6 @@ from icrlhf.review import decisions
     retry_backoff_max=600,
     retry_jitter=True,
 )
-def ticket_webhook(decision_id: int) -> None:
-    decisions.ticket_webhook_send(decision_id=decision_id)
+def ticket_webhook(decision_id: int, event: str = "") -> None:
+    # No event: a message queued before undo had its own event, a triage.
+    decisions.ticket_webhook_send(decision_id=decision_id, event=event or decisions.TRIAGED)

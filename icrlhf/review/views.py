@@ -1,5 +1,6 @@
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -53,7 +54,9 @@ def queue_review(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     review_check(request.user, queue)
     progress = selectors.review_progress(queue=queue, reviewer=request.user)
-    return render(request, "review/queue.html", {"queue": queue, "progress": progress})
+    return render(
+        request, "review/queue.html", {"queue": queue, "progress": progress, **_undo_offer(request)}
+    )
 
 
 @require_POST
@@ -116,7 +119,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         and (my_claim is not None or len(claims) == 0),
         "shown_at_ms": int(time.time() * 1000),
         "comment_max_chars": review_decisions.MAX_COMMENT_CHARS,
-        "undo": _undo_offer(request),
+        **_undo_offer(request),
         "claim_renew_ms": max(5, settings.REVIEW_CLAIM_TTL_S // 3) * 1000,
     }
     if not request.htmx:
@@ -131,16 +134,21 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     return response
 
 
-def _undo_offer(request: HtmxHttpRequest) -> Decision | None:
+def _undo_offer(request: HtmxHttpRequest) -> dict[str, Any]:
+    """The reviewer's last decision while it can still be undone, and until when (epoch ms),
+    for the one banner that says it was saved; nothing once the window has passed."""
     decision_id = request.session.get(_UNDO_SESSION_KEY)
     if decision_id is None:
-        return None
+        return {}
     decision = Decision.objects.standing().filter(pk=decision_id, reviewer=request.user).first()
-    window = settings.REVIEW_UNDO_WINDOW_S
-    if decision is None or (timezone.now() - decision.created_at).total_seconds() > window:
+    if decision is None:
         request.session.pop(_UNDO_SESSION_KEY, None)
-        return None
-    return decision
+        return {}
+    until = decision.created_at + timedelta(seconds=settings.REVIEW_UNDO_WINDOW_S)
+    if until <= timezone.now():
+        request.session.pop(_UNDO_SESSION_KEY, None)
+        return {}
+    return {"undo": decision, "undo_until_ms": int(until.timestamp() * 1000)}
 
 
 @require_POST
@@ -191,7 +199,10 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         messages.warning(request, str(error))
         return redirect("review:item", item_id=item.pk)
     request.session[_UNDO_SESSION_KEY] = decision.pk
-    messages.success(request, f"Saved item {item.pk}: {decision.get_verdict_display().lower()}.")
+    if not settings.REVIEW_UNDO_WINDOW_S:  # otherwise the undo banner says it was saved
+        messages.success(
+            request, f"Saved item {item.pk}: {decision.get_verdict_display().lower()}."
+        )
     return _go_to_next(request, item.queue)
 
 

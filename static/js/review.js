@@ -11,6 +11,7 @@
 //   #comment, input[name=reason_tags]       the comment and reasons
 //   #corrections .triage-fields, [name=triage_category|priority|reply]  triage fields
 //   #skip-form, #undo-form                  what "s" and "u" submit
+//   #undo-form[data-undo-until]             the undo window's end (epoch ms), counted down
 //   #keymap, #keymap-open                   the shortcut list and its button
 (function () {
   "use strict";
@@ -176,6 +177,7 @@
   }
   function toggleKeymap() {
     const dialog = document.getElementById("keymap");
+    if (!dialog) return;
     if (dialog.open) dialog.close(); else dialog.showModal();
   }
 
@@ -202,7 +204,24 @@
     }
   });
 
-  document.getElementById("keymap-open").addEventListener("click", toggleKeymap);
+  // --- The undo banner counts its window down and goes when it ends ------------------------------
+  function undoCountdown() {
+    const banner = document.getElementById("undo-form");
+    if (!banner) return;
+    const until = Number(banner.dataset.undoUntil);
+    const countdown = banner.querySelector(".undo-countdown");
+    function tick() {
+      const left = Math.ceil((until - Date.now()) / 1000);
+      if (left <= 0) { banner.remove(); return; }
+      countdown.textContent = left + " s left to undo";
+      setTimeout(tick, 1000 - (Date.now() % 1000));
+    }
+    tick();
+  }
+
+  const keymapOpen = document.getElementById("keymap-open");
+  if (keymapOpen) keymapOpen.addEventListener("click", toggleKeymap);
   document.body.addEventListener("htmx:afterSwap", setUp);
   setUp();
+  undoCountdown();
 })();

@@ -106,7 +106,7 @@ def test_pick_by_key_submit_then_undo(live_server: Any, page: Page, reviewer: An
     decision = Decision.objects.get()
     assert decision.verdict == "chosen" and decision.chosen_candidate.label == 2
 
-    expect(page.get_by_text(f"Decision on item {first.pk} saved")).to_be_visible()
+    expect(page.get_by_text(f"Saved item {first.pk}: chosen.")).to_be_visible()
     page.wait_for_load_state()
     page.keyboard.press("u")
     expect(page.get_by_text(f"Undone: item {first.pk}")).to_be_visible()
@@ -382,3 +382,62 @@ def test_shortcut_keys_never_fire_inside_a_form_control(
         "reply": "Thanks, we are on it",
     }
     assert decision.comment == "exchange issues"
+
+
+def test_undo_gives_a_triaged_ticket_back_its_fields_status_and_place(
+    live_server: Any, page: Page, reviewer: Any
+) -> None:
+    queue = QueueFactory(
+        name="Helpdesk", kind="triage", members=[reviewer], categories=["card_arrival"]
+    )
+    fields = {"category": "card_arrival", "priority": "urgent", "reply": "On its way."}
+    ticket = ItemFactory(
+        queue=queue,
+        subject="Card never came",
+        body="Ordered a month ago.",
+        priority="low",
+        sla_due_at=timezone.now() + timezone.timedelta(hours=8),
+    )
+    ready_generation(ticket, [json.dumps(fields)])
+    Candidate.objects.filter(generation__item=ticket).update(fields=fields)
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    expect(page.get_by_text(f"Saved item {ticket.pk}: chosen.")).to_be_visible()
+    page.wait_for_load_state()
+    page.keyboard.press("u")
+    expect(page.get_by_text(f"Undone: item {ticket.pk}")).to_be_visible()
+
+    page.goto(f"{live_server.url}/q/{queue.slug}/")
+    row = page.get_by_role("row").filter(has_text="Card never came")
+    expect(row).to_contain_text("Low")
+    expect(row).to_contain_text("New")
+    expect(row).not_to_contain_text("card_arrival")
+    ticket.refresh_from_db()
+    assert (ticket.category, ticket.priority, ticket.ticket_status, ticket.triaged_at) == (
+        "",
+        "low",
+        "new",
+        None,
+    )
+
+
+def test_one_undo_banner_counts_down_and_goes_when_its_window_ends(
+    live_server: Any, page: Page, reviewer: Any, settings: Any
+) -> None:
+    settings.REVIEW_UNDO_WINDOW_S = 4
+    queue = QueueFactory(members=[reviewer])
+    (item,) = ready_items(queue, 1)
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    # The last item: the queue page still offers the undo, in one banner.
+    expect(page.get_by_role("heading", name=f"Review: {queue.name}")).to_be_visible()
+    expect(page.get_by_text(f"Saved item {item.pk}: chosen.")).to_have_count(1)
+    expect(page.get_by_text("s left to undo")).to_be_visible()
+    expect(page.locator("#undo-form")).to_have_count(0, timeout=8_000)
+    page.keyboard.press("u")  # the window has passed: nothing to undo, nothing said
+    expect(page.get_by_text("The undo window has passed")).to_have_count(0)
+    assert Decision.objects.standing().filter(item=item).exists()

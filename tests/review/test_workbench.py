@@ -257,7 +257,7 @@ def test_the_next_item_and_decide_flow_moves_on_and_offers_undo(
     response = logged_in.post(f"/items/{first.pk}/decide/", {"choice": f"c{candidate.pk}"})
     assert response["Location"] == f"/items/{second.pk}/"
     page = logged_in.get(response["Location"]).content.decode()
-    assert f"Decision on item {first.pk} saved" in page
+    assert f"Saved item {first.pk}: chosen." in page and "data-undo-until" in page
     decision = Decision.objects.get()
     undone = logged_in.post(f"/decisions/{decision.pk}/undo/", follow=True)
     assert f"Undone: item {first.pk} is yours to decide again." in undone.content.decode()

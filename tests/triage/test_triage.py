@@ -182,6 +182,8 @@ def test_a_triaged_ticket_is_posted_signed_and_retried_on_a_5xx(
         "external_id": "",
         "subject": "Card?",
         "status": "open",
+        "category": "card_arrival",
+        "priority": "high",
     }
     receiver.server.shutdown()
 
@@ -210,3 +212,40 @@ def test_a_ticket_typed_in_by_hand_gets_its_sla_and_triage(
     assert item.sla_due_at is not None
     bad = logged_in.post(f"/q/{triage_queue.slug}/", {"subject": "", "body": ""})
     assert bad.status_code == 400 and "This field is required." in bad.content.decode()
+
+
+def test_undoing_a_triage_gives_the_ticket_back_what_it_had_and_tells_the_helpdesk(
+    triage_queue: Any,
+    user: Any,
+    django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The webhook task runs inline here (the worker's own run is in the integration tests).
+    webhook = review_tasks.ticket_webhook
+    monkeypatch.setattr(webhook, "delay", lambda *args: webhook.apply(args=args))
+    receiver = Receiver([])
+    triage_queue.webhook_url, triage_queue.webhook_secret = receiver.url, "s3cret"
+    triage_queue.save()
+    item = triage_item(triage_queue, GOOD)
+    Item.objects.filter(pk=item.pk).update(priority="low", category="")
+    untouched = ItemFactory(queue=triage_queue, priority="normal")
+    before = Item.objects.values("category", "priority", "ticket_status", "triaged_at")
+    original = before.get(pk=item.pk)
+    order_before = list(sla_ordered(Item.objects.filter(queue=triage_queue)))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        decision = decide(item, user, 0)
+    assert before.get(pk=item.pk)["priority"] == "high"
+    with django_capture_on_commit_callbacks(execute=True):
+        review_decisions.decision_undo(decision_id=decision.pk, reviewer=user)
+
+    assert before.get(pk=item.pk) == original
+    assert list(sla_ordered(Item.objects.filter(queue=triage_queue))) == order_before
+    assert order_before == [untouched, item]  # normal before low, as before the triage
+    events = [json.loads(body) for _, body in receiver.requests]
+    assert [e["event"] for e in events] == ["ticket.triaged", "ticket.triage_undone"]
+    undone = events[1]
+    assert undone["ticket"]["status"] == original["ticket_status"]
+    assert (undone["ticket"]["category"], undone["ticket"]["priority"]) == ("", "low")
+    assert undone["triage"] == GOOD and undone["undone_at"] is not None
+    receiver.server.shutdown()

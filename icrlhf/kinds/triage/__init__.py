@@ -4,6 +4,7 @@ Its fields and their tolerant parsing are in `fields.py`, its SLA order in `sla.
 page parts in templates/kinds/triage/. The ticket flow (creating tickets, the SLA list, the
 API) is the `icrlhf.triage` app, above generation and memory."""
 
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -21,6 +22,9 @@ from icrlhf.kinds.triage.fields import (
 )
 from icrlhf.kinds.triage.sla import sla_ordered
 from icrlhf.queues.models import Item, Queue
+
+# What a triage decision writes on its ticket, and an undo puts back.
+_TICKET_FIELDS = ("category", "priority", "ticket_status", "triaged_at")
 
 
 class TriageKind(QueueKind):
@@ -64,14 +68,27 @@ class TriageKind(QueueKind):
             raise ValidationError(f"The triage is incomplete: {error}") from error
         return Final(fields=confirmed.as_dict(), text=confirmed.as_text())
 
-    def on_decision(self, *, item_id: int, final: Final) -> None:
-        """The confirmed triage is written back to the ticket."""
-        Item.objects.filter(pk=item_id).update(
+    def on_decision(self, *, item_id: int, final: Final) -> dict[str, Any]:
+        """The confirmed triage is written back to the ticket; returns the ticket's fields as
+        they were."""
+        ticket = Item.objects.filter(pk=item_id)
+        before = ticket.values(*_TICKET_FIELDS).get()
+        ticket.update(
             category=final.fields.get("category", ""),
             priority=final.fields.get("priority", Item.Priority.NORMAL),
             ticket_status=Item.TicketStatus.OPEN,
             triaged_at=timezone.now(),
         )
+        triaged_at = before["triaged_at"]
+        return {**before, "triaged_at": triaged_at.isoformat() if triaged_at else None}
+
+    def on_undo(self, *, item_id: int, replaced: dict[str, Any]) -> None:
+        """The ticket gets back its category, priority, status and untriaged time, and with
+        them its place in the SLA order."""
+        restored = {key: replaced[key] for key in _TICKET_FIELDS if key in replaced}
+        if restored.get("triaged_at"):
+            restored["triaged_at"] = datetime.fromisoformat(restored["triaged_at"])
+        Item.objects.filter(pk=item_id).update(**restored)
 
     def review_order(self, items: QuerySet[Item]) -> QuerySet[Item]:
         """The most urgent ticket first."""
