@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Count, F, Q, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from icrlhf.generation import services as generation_services
@@ -82,7 +82,6 @@ def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
     # tried one by one: with many reviewers on one queue, the oldest items are all taken.
     candidates = (
         Item.objects.filter(queue=queue, status=Item.Status.READY)
-        .exclude(claims__reviewer=reviewer, claims__skipped=True)
         .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
         .annotate(
             held=Count(
@@ -96,9 +95,13 @@ def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
         )
         .filter(held__lt=F("queue__reviewers_per_item") - F("decided"))
     )
-    open_items = (
-        kind_of(queue).review_order(candidates).values_list("pk", flat=True)[:_NEXT_ITEM_WINDOW]
-    )
+    # What this reviewer skipped comes back to them only after everything else (to others,
+    # it comes in its usual place).
+    skipped = Claim.objects.filter(item=OuterRef("pk"), reviewer=reviewer, skipped=True)
+    ordered = kind_of(queue).review_order(candidates.annotate(skipped_by_me=Exists(skipped)))
+    open_items = ordered.order_by("skipped_by_me", *ordered.query.order_by).values_list(
+        "pk", flat=True
+    )[:_NEXT_ITEM_WINDOW]
     for item_id in open_items:
         if claim_take(item_id=item_id, reviewer=reviewer) is not None:
             return Item.objects.get(pk=item_id)
@@ -106,7 +109,7 @@ def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
 
 
 def claim_release(*, item_id: int, reviewer: User, skipped: bool = False) -> None:
-    """Let go of an item; a skip also keeps it out of this reviewer's "next item"."""
+    """Let go of an item; a skip also puts it last in this reviewer's "next item"."""
     now = timezone.now()
     if skipped:
         Claim.objects.update_or_create(

@@ -77,8 +77,8 @@ class Claim(models.Model):
     """A reviewer's hold on an item, with an expiry: a lock with a TTL.
 
     One row per reviewer and item. It is active while `expires_at` is in the future; releasing
-    it sets `expires_at` to now. A skip releases it and keeps the item out of that reviewer's
-    "next item" for good."""
+    it sets `expires_at` to now. A skip releases it and puts the item after every other one in
+    that reviewer's "next item" (until they take it again)."""
 
     item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="claims")
     reviewer = models.ForeignKey(

@@ -45,3 +45,17 @@ def review_progress(*, queue: Queue, reviewer: User) -> ReviewProgress:
         backlog=queue.items.filter(status=Item.Status.READY).count(),
         median_seconds=statistics.median(times) / 1000 if times else None,
     )
+
+
+def items_skipped(*, queue: Queue, reviewer: User) -> QuerySet[Item]:
+    """What this reviewer skipped in the queue and is still open to them."""
+    return (
+        Item.objects.filter(
+            queue=queue,
+            status=Item.Status.READY,
+            claims__reviewer=reviewer,
+            claims__skipped=True,
+        )
+        .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
+        .order_by("created_at")
+    )

@@ -54,9 +54,9 @@ def queue_review(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     review_check(request.user, queue)
     progress = selectors.review_progress(queue=queue, reviewer=request.user)
-    return render(
-        request, "review/queue.html", {"queue": queue, "progress": progress, **_undo_offer(request)}
-    )
+    skipped = selectors.items_skipped(queue=queue, reviewer=request.user)
+    context = {"queue": queue, "progress": progress, "skipped": skipped, **_undo_offer(request)}
+    return render(request, "review/queue.html", context)
 
 
 @require_POST

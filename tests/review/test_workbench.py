@@ -62,12 +62,17 @@ def test_an_expired_claim_frees_the_item(queue: Any, user: Any) -> None:
     assert review_claims.claim_next(queue=queue, reviewer=UserFactory()) == item
 
 
-def test_a_skipped_item_goes_to_someone_else(queue: Any, user: Any) -> None:
-    item = ready_item(queue)
-    review_claims.claim_next(queue=queue, reviewer=user)
-    review_claims.claim_release(item_id=item.pk, reviewer=user, skipped=True)
-    assert review_claims.claim_next(queue=queue, reviewer=user) is None
-    assert review_claims.claim_next(queue=queue, reviewer=UserFactory()) == item
+def test_a_skipped_item_goes_to_others_first_and_comes_back_after_the_rest(
+    queue: Any, user: Any
+) -> None:
+    first, second = ready_item(queue), ready_item(queue)
+    assert review_claims.claim_next(queue=queue, reviewer=user) == first
+    review_claims.claim_release(item_id=first.pk, reviewer=user, skipped=True)
+    assert review_claims.claim_next(queue=queue, reviewer=UserFactory()) == first
+    assert review_claims.claim_next(queue=queue, reviewer=user) == second
+    review_claims.claim_release(item_id=second.pk, reviewer=user, skipped=True)
+    Claim.objects.update(expires_at=timezone.now())  # the other reviewer let go too
+    assert review_claims.claim_next(queue=queue, reviewer=user) == first  # usual order
 
 
 def test_a_decision_is_refused_while_another_reviewer_holds_the_item(queue: Any, user: Any) -> None:
