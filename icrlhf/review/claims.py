@@ -98,10 +98,12 @@ def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
     # What this reviewer skipped comes back to them only after everything else (to others,
     # it comes in its usual place).
     skipped = Claim.objects.filter(item=OuterRef("pk"), reviewer=reviewer, skipped=True)
-    ordered = kind_of(queue).review_order(candidates.annotate(skipped_by_me=Exists(skipped)))
-    open_items = ordered.order_by("skipped_by_me", *ordered.query.order_by).values_list(
-        "pk", flat=True
-    )[:_NEXT_ITEM_WINDOW]
+    ordered = kind_of(queue).review_order(candidates)
+    open_items = (
+        ordered.annotate(skipped_by_me=Exists(skipped))
+        .order_by("skipped_by_me", *ordered.query.order_by)
+        .values_list("pk", flat=True)[:_NEXT_ITEM_WINDOW]
+    )
     for item_id in open_items:
         if claim_take(item_id=item_id, reviewer=reviewer) is not None:
             return Item.objects.get(pk=item_id)
