@@ -42,6 +42,10 @@ class QueueKind:
         """The kind's fields in a model's (or a remembered) answer; none for free text."""
         return Parsed()
 
+    def prefill(self, *, text: str, fields: dict[str, str] | None, queue: Queue) -> dict[str, str]:
+        """What picking a candidate puts into the correction fields (none for free text)."""
+        return {}
+
     def example_text(self, *, text: str, fields: dict[str, str] | None) -> str:
         """The text a candidate is remembered by."""
         return text

@@ -43,9 +43,18 @@ class DecisionForm(forms.Form):
             elapsed_ms = elapsed_ms if 0 <= elapsed_ms <= _MAX_DECIDE_MS else None
         return DecisionInput(
             candidate_id=candidate_id,
-            final_text=(self.data.get(f"final_text_{candidate_id}", "") if candidate_id else ""),
+            final_text=_lines(
+                self.data.get(f"final_text_{candidate_id}", "") if candidate_id else ""
+            ),
             reason_tags=cast(QueryDict, self.data).getlist("reason_tags"),  # a POST
-            comment=data["comment"],
+            comment=_lines(data["comment"]),
             time_to_decide_ms=elapsed_ms,
-            corrections={key: self.data.get(f"triage_{key}", "").strip() for key in _TRIAGE_FIELDS},
+            corrections={
+                key: _lines(self.data.get(f"triage_{key}", "")).strip() for key in _TRIAGE_FIELDS
+            },
         )
+
+
+def _lines(text: str) -> str:
+    """Browsers post a text box's line breaks as CRLF; answers keep them as LF."""
+    return text.replace("\r\n", "\n")

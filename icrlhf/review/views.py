@@ -86,14 +86,26 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     if wants_claim and review_claims.claim_take(item_id=item.pk, reviewer=request.user):
         claims = list(selectors.claims_active(item=item))
         my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
+    kind = kind_of(item.queue)
+    candidates = (
+        list(generation_selectors.generation_candidates(generation=generation))
+        if generation
+        else []
+    )
+    # What picking each candidate puts into the kind's correction fields; the categories they
+    # propose come first in the category list, then every other one, sorted.
+    prefills = [kind.prefill(text=c.text, fields=c.fields, queue=item.queue) for c in candidates]
+    for candidate, prefill in zip(candidates, prefills, strict=True):
+        candidate.prefill = prefill  # type: ignore[attr-defined]  # read by the kind's template
+    likely = list(dict.fromkeys(p["category"] for p in prefills if p.get("category")))
     context: dict[str, Any] = {
         "item": item,
         "queue": item.queue,
-        "kind": kind_of(item.queue),
+        "kind": kind,
+        "likely_categories": likely,
+        "other_categories": sorted(set(item.queue.categories) - set(likely)),
         "generation": generation,
-        "candidates": (
-            generation_selectors.generation_candidates(generation=generation) if generation else []
-        ),
+        "candidates": candidates,
         "progress": (
             generation_selectors.generation_progress(generation=generation) if generation else None
         ),

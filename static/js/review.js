@@ -9,7 +9,9 @@
 //   details.editor[data-choice=<radio id>]  its editor, holding
 //     textarea[data-original] and .diff     the edit and its word diff
 //   #comment, input[name=reason_tags]       the comment and reasons
-//   #corrections .triage-fields, [name=triage_category|priority|reply]  triage fields
+//   #corrections, [name=triage_category|priority|reply]  triage fields, filled on a pick from
+//     the candidate's .triage-fields or .triage-prefill [data-category|priority|reply]
+//   #triage-category-search                 narrows #triage-category as one types
 //   #skip-form, #undo-form                  what "s" and "u" submit
 //   #undo-form[data-undo-until]             the undo window's end (epoch ms), counted down
 //   #keymap, #keymap-open                   the shortcut list and its button
@@ -135,13 +137,36 @@
 
   // Triage: picking a candidate fills the correction fields with its values, to adjust.
   function prefillTriage(radio) {
-    const fields = radio.closest("article") && radio.closest("article").querySelector(".triage-fields");
+    const article = radio.closest("article");
+    const fields = article && article.querySelector(".triage-fields, .triage-prefill");
     const box = document.getElementById("corrections");
     if (!box) return;
     const data = fields ? fields.dataset : { category: "", priority: "", reply: "" };
     box.querySelector("[name=triage_category]").value = data.category || "";
     box.querySelector("[name=triage_priority]").value = data.priority || "";
     box.querySelector("[name=triage_reply]").value = data.reply || "";
+  }
+
+  // Triage: the category search narrows the list to the names containing what is typed and
+  // selects the first of them (Enter or Tab then moves on).
+  function categorySearch() {
+    const search = document.getElementById("triage-category-search");
+    const select = document.getElementById("triage-category");
+    if (!search || !select || search.dataset.ready) return;
+    search.dataset.ready = "1";
+    search.addEventListener("input", function () {
+      const wanted = search.value.trim().toLowerCase().replace(/[\s-]+/g, "_");
+      let first = null;
+      select.querySelectorAll("option").forEach(function (option) {
+        const match = !wanted || !option.value || option.value.toLowerCase().indexOf(wanted) !== -1;
+        option.hidden = !match;
+        if (match && option.value && !first) first = option;
+      });
+      if (wanted && first) { select.value = first.value; saveDraft(); }
+    });
+    search.addEventListener("keydown", function (event) {
+      if (event.key === "Enter") { event.preventDefault(); select.focus(); }
+    });
   }
 
   function pick(label) {
@@ -223,5 +248,6 @@
   if (keymapOpen) keymapOpen.addEventListener("click", toggleKeymap);
   document.body.addEventListener("htmx:afterSwap", setUp);
   setUp();
+  categorySearch();
   undoCountdown();
 })();

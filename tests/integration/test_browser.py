@@ -331,8 +331,8 @@ def test_a_ticket_is_triaged_end_to_end(
     page.wait_for_load_state()
 
     page.keyboard.press("1")
-    expect(page.get_by_label("Category")).to_have_value("exchange_rate")
-    page.get_by_label("Category").select_option("card_arrival")
+    expect(page.get_by_label("Category", exact=True)).to_have_value("exchange_rate")
+    page.get_by_label("Category", exact=True).select_option("card_arrival")
     page.get_by_label("Priority", exact=True).select_option("urgent")
     page.keyboard.press("Control+Enter")
     expect(page.get_by_text(f"Saved item {item.pk}: edited.")).to_be_visible()
@@ -363,7 +363,7 @@ def test_shortcut_keys_never_fire_inside_a_form_control(
     pick_one = page.get_by_label("Pick candidate 1")
     expect(pick_one).to_be_checked()
 
-    category = page.get_by_label("Category")
+    category = page.get_by_label("Category", exact=True)
     category.focus()
     page.keyboard.type("exch")  # the select's own type-ahead: exchange_rate
     expect(category).to_have_value("exchange_rate")
@@ -448,3 +448,44 @@ def test_one_undo_banner_counts_down_and_goes_when_its_window_ends(
     page.keyboard.press("u")  # the window has passed: nothing to undo, nothing said
     expect(page.get_by_text("The undo window has passed")).to_have_count(0)
     assert Decision.objects.standing().filter(item=item).exists()
+
+
+def test_triage_corrections_search_categories_and_start_from_an_invalid_answer(
+    live_server: Any, page: Page, reviewer: Any
+) -> None:
+    categories = [f"topic_{n:02d}" for n in range(40)] + [
+        "exchange_rate",
+        "lost_or_stolen_card",
+        "card_arrival",
+    ]
+    queue = QueueFactory(kind="triage", members=[reviewer], categories=categories)
+    valid = {"category": "exchange_rate", "priority": "low", "reply": "Rates move daily."}
+    raw = "Priority: high\nCategory: something else entirely\nSorry about the fee."
+    (item,) = ready_items(queue, 1, [json.dumps(valid), raw])
+    candidates = Candidate.objects.filter(generation__item=item).order_by("position")
+    Candidate.objects.filter(pk=candidates[0].pk).update(fields=valid)
+    Candidate.objects.filter(pk=candidates[1].pk).update(parse_error="No category fits.")
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+
+    options = page.locator("#triage-category option")
+    expect(options.nth(1)).to_have_text("exchange_rate")  # proposed first, then sorted
+    expect(options.nth(2)).to_have_text("card_arrival")
+    page.keyboard.press("2")  # the invalid answer: what could be read, and its raw text
+    expect(page.get_by_label("Priority", exact=True)).to_have_value("high")
+    expect(page.get_by_label("Category", exact=True)).to_have_value("")
+    expect(page.get_by_label("Reply")).to_have_value(raw)
+
+    page.get_by_label("Find a category").focus()
+    page.keyboard.type("stolen")
+    page.keyboard.press("Enter")  # to the list, with the match selected
+    expect(page.get_by_label("Category", exact=True)).to_have_value("lost_or_stolen_card")
+    expect(page.get_by_label("Category", exact=True)).to_be_focused()
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_text(f"Saved item {item.pk}: edited.")).to_be_visible()
+    decision = Decision.objects.standing().get(item=item)
+    assert decision.final_fields == {
+        "category": "lost_or_stolen_card",
+        "priority": "high",
+        "reply": raw,
+    }

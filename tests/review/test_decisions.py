@@ -190,3 +190,18 @@ def test_the_decide_view_requires_post_and_csrf(item_with_candidates: Any, user:
     response = client.post(f"/items/{item.pk}/decide/", {"choice": f"c{candidates[0].pk}"})
     assert response.status_code == 403
     assert not Decision.objects.exists()
+
+
+def test_a_multi_line_candidate_picked_unchanged_from_a_browser_is_a_pick(
+    logged_in: Client, queue: Any
+) -> None:
+    item = ItemFactory(queue=queue)
+    generation = ready_generation(item, ["Line one.\nLine two."])
+    cid = generation.candidates.get().pk
+    # Browsers post a text box's line breaks as CRLF.
+    logged_in.post(
+        f"/items/{item.pk}/decide/",
+        {"choice": f"c{cid}", f"final_text_{cid}": "Line one.\r\nLine two."},
+    )
+    decision = Decision.objects.get()
+    assert (decision.verdict, decision.final_text) == ("chosen", "Line one.\nLine two.")

@@ -19,6 +19,7 @@ from icrlhf.kinds.triage.fields import (
     fields_validate,
     triage_instructions,
     triage_parse,
+    triage_partial,
 )
 from icrlhf.kinds.triage.sla import sla_ordered
 from icrlhf.queues.models import Item, Queue
@@ -43,6 +44,10 @@ class TriageKind(QueueKind):
             return Parsed(fields=triage_parse(text, queue.categories).as_dict())
         except TriageParseError as error:
             return Parsed(error=str(error))
+
+    def prefill(self, *, text: str, fields: dict[str, str] | None, queue: Queue) -> dict[str, str]:
+        # An invalid answer still offers what could be read, and its raw text as the reply.
+        return dict(fields) if fields else triage_partial(text, queue.categories)
 
     def example_text(self, *, text: str, fields: dict[str, str] | None) -> str:
         # Remembered in the same form as a confirmed triage.

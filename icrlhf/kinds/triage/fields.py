@@ -4,6 +4,7 @@ Parsing is tolerant of how models format their answers: a JSON object (bare, in 
 with prose around it, with single quotes or trailing commas) or "Key: value" lines. Anything
 that still does not fit the queue's categories is reported, never guessed at wildly."""
 
+import contextlib
 import difflib
 import json
 import re
@@ -138,6 +139,23 @@ def triage_parse(text: str, categories: list[str]) -> TriageFields:
         reply=str(reply or ""),
         categories=categories,
     )
+
+
+def triage_partial(text: str, categories: list[str]) -> dict[str, str]:
+    """What can be read from an answer that does not parse as a whole: the fields that fit,
+    and as its reply the reply it gave, else its whole raw text (a start for the reviewer)."""
+    data = _json_object(text) or _key_value_lines(text)
+    found = {"category": "", "priority": "", "reply": ""}
+    for key, match in (
+        ("category", lambda value: category_match(value, categories)),
+        ("priority", priority_match),
+    ):
+        if data.get(key):
+            with contextlib.suppress(TriageParseError):  # a field that does not fit stays empty
+                found[key] = match(str(data[key]))
+    reply = data.get("reply") or data.get("response")
+    found["reply"] = (str(reply) if reply else text).strip()[:MAX_REPLY_CHARS]
+    return found
 
 
 def triage_instructions(categories: list[str]) -> str:
