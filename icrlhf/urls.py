@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
@@ -33,4 +34,11 @@ urlpatterns = [
         login_not_required(RedirectView.as_view(pattern_name="login", query_string=True)),
     ),
     path("admin/", admin.site.urls),
+    # Browsers and tools ask for /favicon.ico whatever the page says.
+    path(
+        "favicon.ico",
+        login_not_required(
+            RedirectView.as_view(url=f"{settings.STATIC_URL}favicon.svg", permanent=True)
+        ),
+    ),
 ]

@@ -14,6 +14,7 @@
 //   #triage-category-search                 narrows #triage-category as one types
 //   #skip-form, #undo-form                  what "s" and "u" submit
 //   #undo-form[data-undo-until]             the undo window's end (epoch ms), counted down
+//   form[data-confirm]                      asks this before submitting
 //   #keymap, #keymap-open                   the shortcut list and its button
 (function () {
   "use strict";
@@ -243,6 +244,12 @@
     }
     tick();
   }
+
+  // A form that throws work away (regenerate) asks first.
+  document.addEventListener("submit", function (event) {
+    const message = event.target.dataset && event.target.dataset.confirm;
+    if (message && !window.confirm(message)) event.preventDefault();
+  });
 
   const keymapOpen = document.getElementById("keymap-open");
   if (keymapOpen) keymapOpen.addEventListener("click", toggleKeymap);

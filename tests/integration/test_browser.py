@@ -489,3 +489,50 @@ def test_triage_corrections_search_categories_and_start_from_an_invalid_answer(
         "priority": "high",
         "reply": raw,
     }
+
+
+def test_the_small_things_a_reviewer_meets_all_day(
+    live_server: Any, browser: Browser, reviewer: Any
+) -> None:
+    """The favicon answers; a link the model wrote is marked and shows its target;
+    regenerating asks first; the ticket list fits a phone and its badges stay on one line."""
+    queue = QueueFactory(members=[reviewer])
+    (item,) = ready_items(queue, 1, ["See [our fees](https://evil.example/fees) page.", "Two"])
+    desktop = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
+    log_in(desktop, live_server.url, reviewer.username)
+    assert desktop.request.get(f"{live_server.url}/favicon.ico").status == 200
+
+    start_reviewing(desktop, live_server.url, queue)
+    link = desktop.get_by_role("link", name="our fees")
+    expect(link).to_have_attribute("rel", "noopener noreferrer nofollow ugc")
+    shown = link.evaluate("a => getComputedStyle(a, '::after').content")
+    assert "https://evil.example/fees" in shown
+
+    asked: list[str] = []
+    desktop.on("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    desktop.get_by_role("button", name="Regenerate all candidates").click()
+    expect(desktop.get_by_role("heading", name=f"Item {item.pk}")).to_be_visible()
+    assert asked and "Replace all 2 candidates" in asked[0]
+    assert item.generations.count() == 1  # dismissed: nothing regenerated
+    desktop.context.close()
+
+    triage = QueueFactory(name="Helpdesk", kind="triage", members=[reviewer])
+    for number in range(3):
+        ItemFactory(
+            queue=triage,
+            subject=f"A rather long subject line for ticket number {number}",
+            body="Body",
+            customer="someone.with.a.long.address@example.com",
+            channel="email",
+            priority="urgent",
+            sla_due_at=timezone.now() + timezone.timedelta(hours=1),
+        )
+    phone = browser.new_context(viewport={"width": 390, "height": 844}).new_page()
+    log_in(phone, live_server.url, reviewer.username)
+    phone.goto(f"{live_server.url}/q/{triage.slug}/")
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    badge = phone.locator(".badge.ready").first
+    height = badge.evaluate("b => b.getBoundingClientRect().height")
+    line = badge.evaluate("b => parseFloat(getComputedStyle(b).lineHeight) || 20")
+    assert height < 1.8 * line  # one line
+    phone.context.close()

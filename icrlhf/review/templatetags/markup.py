@@ -24,4 +24,4 @@ def markdown_safe(text: str) -> SafeString:
 @lru_cache(maxsize=4096)
 def _render(text: str) -> str:
     html = markdown_lib.markdown(text, extensions=["fenced_code", "tables", "sane_lists"])
-    return nh3.clean(html, tags=_ALLOWED_TAGS, link_rel="noopener noreferrer nofollow")
+    return nh3.clean(html, tags=_ALLOWED_TAGS, link_rel="noopener noreferrer nofollow ugc")
