@@ -104,8 +104,10 @@ def generation_regenerate(*, item_id: int) -> Generation:
         )
     if item.decisions.standing().exists():
         raise ValidationError("This item already has a decision; it cannot be regenerated.")
+    previous = selectors.generation_latest(item=item)
+    if previous is not None and not previous.is_finished:
+        raise ValidationError("Its candidates are still arriving; regenerate once they have.")
     item.status = Item.Status.GENERATING
     item.save(update_fields=["status", "updated_at"])
-    previous = selectors.generation_latest(item=item)
     count = previous.n_candidates if previous else item.queue.n_candidates
     return generation_start(item=item, n_candidates=count)

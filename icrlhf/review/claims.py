@@ -44,13 +44,24 @@ def free_slots(item: Item, reviewer: User, now: datetime) -> int:
     return item.queue.reviewers_per_item - decided - held_by_others
 
 
+def reviewable() -> Q:
+    """Items a reviewer can work on: ready, or still generating with a finished candidate in
+    the running generation (candidates are pickable as they arrive)."""
+    finished = Candidate.objects.filter(
+        generation__item=OuterRef("pk"),
+        generation__status=Generation.Status.RUNNING,
+        status=Candidate.Status.DONE,
+    )
+    return Q(status=Item.Status.READY) | Q(Exists(finished), status=Item.Status.GENERATING)
+
+
 @transaction.atomic
 def claim_take(*, item_id: int, reviewer: User) -> datetime | None:
     """Claim (or renew the claim on) an item; returns the expiry, or None when it is not
-    open to this reviewer (not ready, decided by them, or held by enough others)."""
+    open to this reviewer (nothing to pick yet, decided by them, or held by enough others)."""
     item = item_lock(item_id)
     now = timezone.now()
-    if item.status != Item.Status.READY:
+    if not Item.objects.filter(pk=item.pk).filter(reviewable()).exists():
         return None
     if standing_decisions(item).filter(reviewer=reviewer).exists():
         return None
@@ -67,9 +78,9 @@ def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
     """The reviewer's open claim in this queue, else the oldest item they can claim."""
     now = timezone.now()
     held = (
-        Item.objects.filter(
+        Item.objects.filter(reviewable())
+        .filter(
             queue=queue,
-            status=Item.Status.READY,
             claims__reviewer=reviewer,
             claims__expires_at__gt=now,
         )
@@ -81,7 +92,8 @@ def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
     # Items whose every slot is held by other reviewers' live claims are left out here, not
     # tried one by one: with many reviewers on one queue, the oldest items are all taken.
     candidates = (
-        Item.objects.filter(queue=queue, status=Item.Status.READY)
+        Item.objects.filter(reviewable())
+        .filter(queue=queue)
         .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
         .annotate(
             held=Count(

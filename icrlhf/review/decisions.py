@@ -25,6 +25,7 @@ from icrlhf.review.claims import (
     claim_ttl,
     free_slots,
     item_lock,
+    reviewable,
     standing_decisions,
 )
 from icrlhf.review.models import Claim, Decision
@@ -55,7 +56,7 @@ def decision_record(
     generation = generation_selectors.generation_latest(item=item)
     if generation is None:
         raise DecisionConflict("This item has no candidates to decide on yet.")
-    if item.status != Item.Status.READY:
+    if not Item.objects.filter(pk=item.pk).filter(reviewable()).exists():
         if item.status == Item.Status.DECIDED:
             raise DecisionConflict("This item has already been decided; your choice was not saved.")
         raise DecisionConflict(

@@ -81,8 +81,9 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     mine = next((d for d in decisions if d.reviewer_id == request.user.pk), None)
     claims = list(selectors.claims_active(item=item))
     my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
-    # Opening an open item claims it (only then: a poll while generating writes nothing).
-    wants_claim = reviewer and item.status == Item.Status.READY and not (mine or my_claim)
+    # Opening an item with something to pick claims it (a poll before that writes nothing).
+    open_to_pick = Item.objects.filter(pk=item.pk).filter(review_claims.reviewable()).exists()
+    wants_claim = reviewer and open_to_pick and not (mine or my_claim)
     if wants_claim and review_claims.claim_take(item_id=item.pk, reviewer=request.user):
         claims = list(selectors.claims_active(item=item))
         my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
@@ -116,14 +117,13 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "my_decision": mine,
         "my_claim": my_claim,
         "other_claims": [c for c in claims if c.reviewer_id != request.user.pk],
-        # Controls appear once every candidate has settled, so polling never replaces a
-        # form the reviewer is typing in.
+        # Controls appear with the first finished candidate; the others join as they
+        # arrive, and polling keeps (hx-preserve) what the reviewer has picked or typed.
         "can_decide": reviewer
-        and item.status == Item.Status.READY
+        and open_to_pick
         and mine is None
         and my_claim is not None
-        and generation is not None
-        and generation.is_finished,
+        and generation is not None,
         # Regenerating or retrying follows the claim: not while someone else holds the item.
         "can_regenerate": reviewer
         and item.status in {Item.Status.READY, Item.Status.FAILED}

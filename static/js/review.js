@@ -3,8 +3,11 @@
 //
 // What this script needs from templates/review/item.html (change both together):
 //   #review[data-draft-key][data-decided]   the page; data-decided once the server has it
-//   #decision-form                          the decision form (absent: nothing to decide)
-//   article.candidate(.done)#candidate-<L>  a candidate, L its label (1, 2, …)
+//   #decision-form                          the decision form (absent: nothing to decide);
+//     polls swap it while candidates arrive, keeping [hx-preserve] parts (finished
+//     candidates, #verdict, #shown-at) as they are
+//   article.candidate.done#candidate-<L>    a finished candidate, L its label (1, 2, …); one
+//                                           still coming is #waiting-candidate-<L>
 //   input[name=choice]#choice-<L>           picking it
 //   details.editor[data-choice=<radio id>]  its editor, holding
 //     textarea[data-original] and .diff     the edit and its word diff
@@ -111,11 +114,13 @@
   }
 
   // --- Wiring -----------------------------------------------------------------------------------
+  // Runs on load and after every poll's swap: binds what is new (a candidate that just
+  // arrived); what the poll preserved (hx-preserve) is bound already and keeps its state.
   function setUp() {
     const f = form();
-    if (!f || f.dataset.ready) return;
-    f.dataset.ready = "1";
-    f.querySelectorAll("textarea[data-original]").forEach(function (t) {
+    if (!f) return;
+    f.querySelectorAll("textarea[data-original]:not([data-ready])").forEach(function (t) {
+      t.dataset.ready = "1";
       const renderSoon = debounced(function () { renderDiff(t); }, DIFF_PAUSE_MS);
       t.addEventListener("input", function () {
         const radio = document.getElementById(t.closest("details").dataset.choice);
@@ -123,14 +128,18 @@
         renderSoon();
       });
     });
-    f.querySelectorAll("details.editor").forEach(function (d) {
+    f.querySelectorAll("details.editor:not([data-ready])").forEach(function (d) {
+      d.dataset.ready = "1";
       d.addEventListener("toggle", function () {
         if (d.open) { const t = d.querySelector("textarea"); renderDiff(t); }
       });
     });
-    f.querySelectorAll("input[name=choice]").forEach(function (radio) {
+    f.querySelectorAll("input[name=choice]:not([data-ready])").forEach(function (radio) {
+      radio.dataset.ready = "1";
       radio.addEventListener("change", function () { prefillTriage(radio); });
     });
+    if (f.dataset.ready) return;
+    f.dataset.ready = "1";
     f.addEventListener("input", saveDraft);
     f.addEventListener("change", saveDraft);
     restoreDraft();

@@ -10,14 +10,22 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from icrlhf.generation.models import Candidate
+from icrlhf.generation import pipeline
+from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Claim, Decision
 from icrlhf.triage.services import ticket_create
 from tests.conftest import WorkerProcess, wait_for
-from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
+from tests.factories import (
+    CandidateFactory,
+    GenerationFactory,
+    ItemFactory,
+    QueueFactory,
+    UserFactory,
+    ready_generation,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -536,3 +544,40 @@ def test_the_small_things_a_reviewer_meets_all_day(
     line = badge.evaluate("b => parseFloat(getComputedStyle(b).lineHeight) || 20")
     assert height < 1.8 * line  # one line
     phone.context.close()
+
+
+def test_candidates_are_pickable_as_they_arrive_and_polling_keeps_what_is_typed(
+    live_server: Any, page: Page, reviewer: Any
+) -> None:
+    queue = QueueFactory(members=[reviewer], n_candidates=2)
+    item = ItemFactory(queue=queue, status=Item.Status.GENERATING)
+    generation = GenerationFactory(item=item, n_candidates=2, status=Generation.Status.RUNNING)
+    CandidateFactory(generation=generation, position=0, text="The card ships today.")
+    late = CandidateFactory(generation=generation, position=1, status=Candidate.Status.RUNNING)
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)  # offered with one candidate finished
+    expect(page.get_by_text("1 of 2 ready")).to_be_visible()
+
+    page.keyboard.press("1")
+    page.keyboard.press("e")
+    editor = page.get_by_label("Your answer, from candidate 1")
+    editor.press("End")
+    editor.press_sequentially(" Tracking follows by mail.")
+    page.get_by_label("Comment").fill("Good start")
+    scrolled = page.evaluate("window.scrollY")
+
+    Candidate.objects.filter(pk=late.pk).update(status=Candidate.Status.DONE, text="Late one.")
+    pipeline.generation_finish_if_complete(generation_id=generation.pk)
+    expect(page.get_by_text("2 of 2 ready")).to_be_visible()
+    expect(page.get_by_label("Pick candidate 2")).to_be_visible()
+
+    expect(page.get_by_label("Pick candidate 1")).to_be_checked()
+    expect(editor).to_have_value("The card ships today. Tracking follows by mail.")
+    expect(editor).to_be_visible()  # its panel still open
+    expect(page.get_by_label("Comment")).to_have_value("Good start")
+    assert abs(page.evaluate("window.scrollY") - scrolled) < 5
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_text(f"Saved item {item.pk}: edited.")).to_be_visible()
+    decision = Decision.objects.standing().get(item=item)
+    assert decision.final_text == "The card ships today. Tracking follows by mail."
+    assert decision.comment == "Good start"

@@ -4,12 +4,14 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from icrlhf.generation import pipeline
+from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.claims import DecisionConflict
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
-from tests.factories import ItemFactory, ready_generation
+from tests.factories import CandidateFactory, GenerationFactory, ItemFactory, ready_generation
 
 pytestmark = pytest.mark.django_db
 
@@ -151,16 +153,31 @@ def test_a_candidate_of_another_item_cannot_be_chosen(queue: Any, user: Any) -> 
         decision_record(item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=other.pk)
 
 
-def test_an_item_still_generating_cannot_be_decided(queue: Any, user: Any) -> None:
+def test_a_finished_candidate_can_be_picked_while_the_others_are_still_generating(
+    queue: Any, user: Any
+) -> None:
     item = ItemFactory(queue=queue, status=Item.Status.GENERATING)
-    generation = ready_generation(item, ["early"])
+    generation = GenerationFactory(item=item, n_candidates=2, status=Generation.Status.RUNNING)
+    early = CandidateFactory(generation=generation, position=0, text="early")
+    late = CandidateFactory(generation=generation, position=1, status=Candidate.Status.RUNNING)
+    with pytest.raises(ValidationError, match="no answer to pick"):
+        decision_record(item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=late.pk)
+
+    decision = decision_record(
+        item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=early.pk
+    )
+    assert decision.verdict == "chosen"
+    Candidate.objects.filter(pk=late.pk).update(status=Candidate.Status.DONE, text="late")
+    pipeline.generation_finish_if_complete(generation_id=generation.pk)
+    assert Item.objects.get(pk=item.pk).status == Item.Status.DECIDED  # stays decided
+
+
+def test_an_item_with_nothing_finished_yet_cannot_be_decided(queue: Any, user: Any) -> None:
+    item = ItemFactory(queue=queue, status=Item.Status.GENERATING)
+    generation = GenerationFactory(item=item, n_candidates=1, status=Generation.Status.RUNNING)
+    CandidateFactory(generation=generation, status=Candidate.Status.RUNNING)
     with pytest.raises(DecisionConflict, match="generating"):
-        decision_record(
-            item_id=item.pk,
-            reviewer=user,
-            verdict="chosen",
-            candidate_id=generation.candidates.get().pk,
-        )
+        decision_record(item_id=item.pk, reviewer=user, verdict="none_acceptable")
 
 
 def test_the_decide_view_saves_and_reports(logged_in: Client, item_with_candidates: Any) -> None:
