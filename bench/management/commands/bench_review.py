@@ -206,7 +206,10 @@ def load(base: str, options: dict[str, Any]) -> dict[str, Any]:
                         if decided.status_code >= 500:
                             errors.append(f"{decided.status_code} on decide")
                             server_errors[0] += 1
-                        if f"Saved item {item_id}:" in decided.text:
+                        # The one banner says what was saved (for the undo window, on
+                        # every page); a refused submit says it was not.
+                        saved = f"Saved item {item_id}:" in decided.text
+                        if saved and "was not saved" not in decided.text:
                             acknowledged.append((f"reviewer{number}", item_id))
                     next_url = next_url or decided.url  # the first answer leads on
                 with lock:
