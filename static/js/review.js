@@ -138,11 +138,30 @@
       radio.dataset.ready = "1";
       radio.addEventListener("change", function () { prefillTriage(radio); });
     });
+    foldLongAnswers(f);
     if (f.dataset.ready) return;
     f.dataset.ready = "1";
     f.addEventListener("input", saveDraft);
     f.addEventListener("change", saveDraft);
     restoreDraft();
+  }
+
+  // A long answer shows its first lines, with "Show all" to unfold it.
+  function foldLongAnswers(f) {
+    f.querySelectorAll("article.candidate .candidate-text:not([data-ready])").forEach(function (text) {
+      text.dataset.ready = "1";
+      text.classList.add("folded");
+      if (text.scrollHeight <= text.clientHeight + 8) { text.classList.remove("folded"); return; }
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "link show-all";
+      button.textContent = "Show all";
+      button.addEventListener("click", function () {
+        const folded = text.classList.toggle("folded");
+        button.textContent = folded ? "Show all" : "Show less";
+      });
+      text.after(button);
+    });
   }
 
   // Triage: picking a candidate fills the correction fields with its values, to adjust.

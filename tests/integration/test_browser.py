@@ -581,3 +581,44 @@ def test_candidates_are_pickable_as_they_arrive_and_polling_keeps_what_is_typed(
     decision = Decision.objects.standing().get(item=item)
     assert decision.final_text == "The card ships today. Tracking follows by mail."
     assert decision.comment == "Good start"
+
+
+def test_the_candidates_side_by_side_with_the_decision_always_in_reach(
+    live_server: Any, browser: Browser, reviewer: Any
+) -> None:
+    queue = QueueFactory(members=[reviewer], n_candidates=4)
+    long_answer = "\n\n".join(
+        f"Paragraph {n} of a long answer about card delivery." for n in range(30)
+    )
+    (item,) = ready_items(queue, 1, ["Short one.", long_answer, "Third.", "Fourth."])
+    generation = item.generations.get()
+    generation.params = {"max_tokens": 64}
+    generation.save()
+    Candidate.objects.filter(generation=generation, position=1).update(completion_tokens=64)
+    page = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+
+    tops = [
+        page.locator(f"#candidate-{n}").evaluate("a => Math.round(a.getBoundingClientRect().top)")
+        for n in (1, 2, 3)
+    ]
+    assert len(set(tops)) == 1 and tops[0] < 450  # side by side, near the top
+    submit = page.get_by_role("button", name="Submit decision")
+    expect(submit).to_be_in_viewport()  # without scrolling, wherever the reviewer is
+    page.mouse.wheel(0, 600)
+    expect(submit).to_be_in_viewport()
+    second = page.locator("#candidate-2")
+    expect(second.get_by_text("cut at the token limit")).to_be_visible()
+    text = second.locator(".candidate-text")
+    height = "e => e.getBoundingClientRect().height"
+    assert text.evaluate(height) < 300  # folded: its first lines
+    second.get_by_role("button", name="Show all").click()
+    assert text.evaluate(height) > 900
+
+    page.keyboard.press("3")
+    page.keyboard.press("e")
+    third = page.locator("#candidate-3")
+    expect(third.locator(".candidate-text")).to_be_hidden()  # the editor takes its place
+    expect(third.get_by_label("Your answer, from candidate 3")).to_have_value("Third.")
+    page.context.close()
