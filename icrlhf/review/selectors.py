@@ -17,6 +17,11 @@ class ReviewProgress:
     backlog: int
     median_seconds: float | None
 
+    @property
+    def day_total(self) -> int:
+        """Today's work as far as it is known: what this reviewer decided, and what waits."""
+        return self.decided_today + self.backlog
+
 
 def decisions_standing(*, item: Item) -> QuerySet[Decision]:
     return (

@@ -18,6 +18,7 @@
 //   #skip-form, #undo-form                  what "s" and "u" submit
 //   #undo-form[data-undo-until]             the undo window's end (epoch ms), counted down
 //   form[data-confirm]                      asks this before submitting
+//   details[data-remember=<key>]            open or closed as last left (localStorage)
 //   #keymap, #keymap-open                   the shortcut list and its button
 (function () {
   "use strict";
@@ -198,6 +199,24 @@
     });
   }
 
+  function toggleReason(number) {
+    const box = document.querySelectorAll("input[name=reason_tags]")[number - 1];
+    if (!box) return;
+    box.checked = !box.checked;
+    saveDraft();
+  }
+
+  // The guidelines stay open or closed as the reviewer last left them, item after item.
+  function rememberGuidelines() {
+    document.querySelectorAll("details[data-remember]").forEach(function (details) {
+      const key = details.dataset.remember;
+      try { if (localStorage.getItem(key) === "open") details.open = true; } catch (e) { /* off */ }
+      details.addEventListener("toggle", function () {
+        try { localStorage.setItem(key, details.open ? "open" : "closed"); } catch (e) { /* off */ }
+      });
+    });
+  }
+
   function pick(label) {
     const radio = document.getElementById("choice-" + label);
     if (!radio) return;
@@ -246,7 +265,8 @@
     // An open dialog has the keyboard (the shortcut list closes again with "?").
     const dialog = document.querySelector("dialog[open]");
     if (dialog && !(dialog.id === "keymap" && event.key === "?")) return;
-    if (/^[1-8]$/.test(event.key)) { event.preventDefault(); pick(event.key); }
+    if (event.shiftKey && /^Digit[1-9]$/.test(event.code)) { event.preventDefault(); toggleReason(Number(event.code.slice(5))); }
+    else if (/^[1-8]$/.test(event.key)) { event.preventDefault(); pick(event.key); }
     else if (event.key === "e") { event.preventDefault(); editPicked(); }
     else if (event.key === "x") { event.preventDefault(); pick("none"); }
     else if (event.key === "s") { event.preventDefault(); submitForm("skip-form"); }
@@ -284,5 +304,6 @@
   document.body.addEventListener("htmx:afterSwap", setUp);
   setUp();
   categorySearch();
+  rememberGuidelines();
   undoCountdown();
 })();

@@ -622,3 +622,35 @@ def test_the_candidates_side_by_side_with_the_decision_always_in_reach(
     expect(third.locator(".candidate-text")).to_be_hidden()  # the editor takes its place
     expect(third.get_by_label("Your answer, from candidate 3")).to_have_value("Third.")
     page.context.close()
+
+
+def test_orientation_progress_remembered_guidelines_reason_keys_and_the_edit_diff(
+    live_server: Any, page: Page, reviewer: Any
+) -> None:
+    queue = QueueFactory(
+        members=[reviewer], reason_tags=["wrong facts", "too long"], guidelines="Be <b>brief</b>."
+    )
+    first, second = ready_items(queue, 2, ["The card ships in five days.", "Other."])
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+    expect(page.locator("progress")).to_have_attribute("max", "2")
+    page.get_by_text("Guidelines (version 1)").click()  # opened once...
+    label = page.locator("article.candidate", has_text="five days").get_attribute("data-label")
+    page.keyboard.press(str(label))
+    page.keyboard.press("Shift+2")  # the second reason, by key
+    expect(page.get_by_label("too long")).to_be_checked()
+    page.keyboard.press("e")
+    editor = page.get_by_label(f"Your answer, from candidate {label}")
+    editor.fill("The card ships in two days.")
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_role("heading", name=f"Item {second.pk}")).to_be_visible()
+    expect(page.locator("details.guidelines")).to_have_attribute("open", "")  # ...stays open
+    expect(page.locator("progress")).to_have_attribute("value", "1")
+
+    decided = Decision.objects.standing().get(item=first)
+    assert decided.reason_tags == ["too long"]
+    page.goto(f"{live_server.url}/items/{first.pk}/")
+    page.get_by_text(f"Changes from candidate {decided.chosen_candidate.label}").click()
+    diff = page.locator(".edit-diff .diff")
+    expect(diff.locator("del")).to_have_text("five")
+    expect(diff.locator("ins")).to_have_text("two")
