@@ -13,6 +13,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
 
 from icrlhf.memory import curation
 from icrlhf.memory.models import CurationEvent, Example
@@ -59,19 +60,21 @@ class WeightActionForm(ActionForm):
 
 @admin.register(Example)
 class ExampleAdmin(QueueScopedAdmin[Example]):
+    class Media:
+        css = {"all": ["css/admin.css"]}
+
+    # Fits 1,366 px: the texts get the room, the numbers are short.
     list_display = [
         "short_input",
+        "short_output",
         "queue",
         "role",
-        "status",
-        "reward",
+        "status_shown",
         "weight",
-        "utility",
+        "utility_shown",
         "times_retrieved",
         "index_state",
         "duplicate_flag",
-        "retired_reason",
-        "created_at",
     ]
     list_filter = [
         "queue",
@@ -121,7 +124,21 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
 
     @admin.display(description="input")
     def short_input(self, example: Example) -> str:
-        return example.input_text[:80]
+        return Truncator(example.input_text).chars(90)
+
+    @admin.display(description="output")
+    def short_output(self, example: Example) -> str:
+        return Truncator(example.output_text).chars(90)
+
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, example: Example) -> str:
+        if example.status == Example.Status.RETIRED and example.retired_reason:
+            return f"Retired: {example.retired_reason}"
+        return example.get_status_display()
+
+    @admin.display(description="utility", ordering="utility")
+    def utility_shown(self, example: Example) -> str:
+        return f"{example.utility:.2f}"
 
     @admin.display(description="near-duplicate", boolean=True)
     def duplicate_flag(self, example: Example) -> bool:
@@ -150,21 +167,25 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
 
     @admin.display(description="usage")
     def usage(self, example: Example) -> str:
-        generations = example.retrievals.count()
+        # format_html escapes its arguments into strings first: numbers are formatted here.
         return format_html(
             "Retrieved into {} generation(s); counted at decision: {} retrieval(s), {} "
-            "accepted; utility {:.2f}; last retrieved {}",
-            generations,
+            "accepted; utility {}; last retrieved {}",
+            example.retrievals.count(),
             example.times_retrieved,
             example.times_accepted,
-            example.utility,
+            f"{example.utility:.2f}",
             example.last_retrieved_at or "never",
         )
 
     @admin.display(description="similar examples")
     def similar_examples(self, example: Example) -> str:
-        if not example.similar:
+        if example.role != Example.Role.PREFERRED:
+            return "Only preferred examples are compared with each other."
+        if example.index_state != Example.IndexState.INDEXED:
             return "Not computed yet (the worker does it after indexing)."
+        if not example.similar:
+            return "None: no other preferred example was close when it was indexed."
         return format_html_join(
             "",
             "<div><a href='{}'>{}</a> cosine {}</div>",

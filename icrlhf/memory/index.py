@@ -2,7 +2,8 @@
 
 One collection per queue; an example's UUID is its point id; the payload carries what
 retrieval filters and weighs on (role, status, weight, reward). Indexing embeds the input and
-upserts; unindexing and deleting remove points; a payload sync follows status and weight.
+upserts; deleting removes points; a payload sync follows status and weight (a retired
+example keeps its point, marked retired, so that restoring it is a payload update too).
 The worker runs these (in the default set-up it alone owns the store); the web enqueues them
 through `memory.tasks` once its transaction commits."""
 
@@ -125,16 +126,6 @@ def _neighbours_record(examples: Sequence[Example], vector_of: dict[str, list[fl
             similar=[{"id": str(h.id), "score": round(h.score, 4)} for h in neighbours],
             duplicate_of=older.first(),
         )
-
-
-def examples_unindex(*, example_ids: Sequence[UUID | str]) -> None:
-    """Delete the examples' points; they are pending again (a retired example stays out)."""
-    rows = Example.objects.filter(pk__in=list(example_ids)).select_related("queue")
-    for collection, grouped in _by_collection(rows).items():
-        vectors.delete(collection=collection, ids=[example.pk for example in grouped])
-    Example.objects.filter(pk__in=list(example_ids)).update(
-        index_state=Example.IndexState.PENDING, indexed_at=None
-    )
 
 
 def points_delete(*, collection: str, point_ids: Sequence[UUID | str]) -> None:

@@ -2,9 +2,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.contrib.auth.models import User
 from django.db import transaction
 
-from icrlhf.memory import tasks
+from icrlhf.memory import curation, tasks
 from icrlhf.memory.models import Example, Retrieval
 from icrlhf.memory.selectors import RetrievedExample
 
@@ -56,12 +57,16 @@ def examples_record(
     return examples
 
 
-def examples_withdraw(*, decision_id: int) -> None:
-    """An undone decision's examples leave the memory: retired, and their points deleted."""
-    examples = Example.objects.filter(decision_id=decision_id)
-    example_ids = [str(pk) for pk in examples.values_list("pk", flat=True)]
-    examples.update(status=Example.Status.RETIRED)
-    transaction.on_commit(lambda: tasks.examples_unindex.delay(example_ids), robust=True)
+def examples_withdraw(*, decision_id: int, actor: User | None) -> None:
+    """An undone decision's examples leave the memory: retired with the reason and an audit
+    event, like a curator's retire (retrieval skips them; a curator may restore them)."""
+    ids = list(Example.objects.filter(decision_id=decision_id).values_list("pk", flat=True))
+    curation.examples_status_set(
+        ids=ids,
+        status=Example.Status.RETIRED,
+        actor=actor,
+        reason=f"Withdrawn: decision {decision_id} was undone.",
+    )
 
 
 def retrievals_record(*, generation_id: int, retrieved: Sequence[RetrievedExample]) -> None:

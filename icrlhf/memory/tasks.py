@@ -24,11 +24,6 @@ def examples_index(example_ids: list[str]) -> None:
     index.examples_index(example_ids=example_ids)
 
 
-@shared_task(name="memory.examples_unindex", **_STORE_RETRIES)
-def examples_unindex(example_ids: list[str]) -> None:
-    index.examples_unindex(example_ids=example_ids)
-
-
 @shared_task(name="memory.examples_sweep")
 def examples_sweep() -> None:
     """Periodic: re-enqueue whatever the index task has not stored (after an outage, a crash)."""

@@ -160,7 +160,7 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
         raise DecisionConflict("The undo window has passed; the decision stands.")
     decision.superseded_at = now
     decision.save(update_fields=["superseded_at"])
-    memory_services.examples_withdraw(decision_id=decision.pk)
+    memory_services.examples_withdraw(decision_id=decision.pk, actor=reviewer)
     _memory_credit(decision, undo=True)
     item = item_lock(decision.item_id)
     if decision.replaced is not None:

@@ -14,6 +14,7 @@ from icrlhf.generation import pipeline
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
+from icrlhf.review import decisions as review_decisions
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Claim, Decision
 from icrlhf.triage.services import ticket_create
@@ -654,3 +655,39 @@ def test_orientation_progress_remembered_guidelines_reason_keys_and_the_edit_dif
     diff = page.locator(".edit-diff .diff")
     expect(diff.locator("del")).to_have_text("five")
     expect(diff.locator("ins")).to_have_text("two")
+
+
+def test_the_curators_examples_list_and_page_agree(live_server: Any, browser: Browser) -> None:
+    admin = UserFactory(is_staff=True, is_superuser=True, roles=["curator"])
+    queue = QueueFactory(members=[admin])
+    (item,) = ready_items(queue, 1, ["A long answer " * 20, "Second answer."])
+    decision = decision_record(
+        item_id=item.pk,
+        reviewer=admin,
+        verdict="chosen",
+        candidate_id=item.generations.get().candidates.order_by("position").first().pk,
+    )
+    Example.objects.filter(decision=decision).update(
+        times_retrieved=1, times_accepted=1, utility=2 / 3
+    )
+    page = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
+    log_in(page, live_server.url, admin.username)
+    page.goto(f"{live_server.url}/admin/memory/example/")
+    expect(page.get_by_text("0.67").first).to_be_visible()
+    expect(page.get_by_text("0.6666")).to_have_count(0)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1366
+    expect(page.locator("th.column-short_output")).to_be_visible()
+
+    preferred = Example.objects.get(decision=decision, role="preferred")
+    page.goto(f"{live_server.url}/admin/memory/example/{preferred.pk}/change/")
+    usage = page.locator(".field-usage .readonly")
+    expect(usage).to_contain_text("utility 0.67")
+
+    review_decisions.decision_undo(decision_id=decision.pk, reviewer=admin)
+    page.goto(f"{live_server.url}/admin/memory/example/")
+    expect(
+        page.get_by_text(f"Retired: Withdrawn: decision {decision.pk} was undone.").first
+    ).to_be_visible()
+    page.goto(f"{live_server.url}/admin/memory/curationevent/")
+    expect(page.get_by_role("cell", name="retire").first).to_be_visible()
+    page.context.close()

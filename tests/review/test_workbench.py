@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.memory.models import Example
+from icrlhf.memory.models import CurationEvent, Example
 from icrlhf.queues.models import Item
 from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
@@ -120,8 +120,13 @@ def test_undo_supersedes_the_decision_and_withdraws_its_examples(
     item.refresh_from_db()
     assert decision.superseded_at is not None
     assert item.status == Item.Status.READY
-    assert set(Example.objects.values_list("status", flat=True)) == {"retired"}
-    assert len(callbacks) == 1  # the points leave the vector store
+    withdrawn = Example.objects.filter(decision=decision)
+    assert {(e.status, e.retired_reason) for e in withdrawn} == {
+        ("retired", f"Withdrawn: decision {decision.pk} was undone.")
+    }
+    events = CurationEvent.objects.filter(action="retire", actor=user)
+    assert sorted(e.example_id for e in events) == sorted(e.pk for e in withdrawn)
+    assert len(callbacks) == 1  # the points are marked retired in the vector store
     assert Claim.objects.get(item=item, reviewer=user).expires_at > timezone.now()
     redo = pick(item, user, 2)  # decide again: a new standing decision
     assert Decision.objects.filter(superseded_at__isnull=True).get() == redo
