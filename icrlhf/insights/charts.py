@@ -49,7 +49,7 @@ def line_chart(
 
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-        f'font-family="sans-serif" font-size="12" role="img" aria-label="{escape(title)}">',
+        f'font-family="sans-serif" font-size="15" role="img" aria-label="{escape(title)}">',
         f"<title>{escape(title)}</title>",
         f'<rect width="{width}" height="{height}" fill="#fff"/>',
     ]
@@ -83,8 +83,13 @@ def line_chart(
             out.append(
                 f'<polyline points="{path}" fill="none" stroke="{line.colour}" stroke-width="2.5"/>'
             )
+            # Earlier series get larger rings, so equal values show as concentric marks
+            # instead of one point hiding another.
+            radius = 3.5 + 2.5 * (len(series) - 1 - row)
+            fill = line.colour if row == len(series) - 1 else "#fff"
             out.extend(
-                f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{line.colour}"/>'
+                f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{radius}" fill="{fill}" '
+                f'stroke="{line.colour}" stroke-width="2"/>'
                 for px, py in points
             )
         for index, interval in enumerate(line.intervals):

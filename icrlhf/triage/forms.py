@@ -9,6 +9,11 @@ from icrlhf.queues.services import item_input_validate
 
 
 class TicketFilterForm(forms.Form):
+    # The list's default is what still needs a reviewer; decided tickets on request.
+    review = forms.ChoiceField(
+        required=False,
+        choices=[("", "Waiting for review"), ("decided", "Decided"), ("all", "All tickets")],
+    )
     status = forms.ChoiceField(
         required=False, choices=[("", "Any status"), *Item.TicketStatus.choices]
     )
@@ -21,7 +26,9 @@ class TicketFilterForm(forms.Form):
     def __init__(self, *args: Any, queue: Queue, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         categories = [(c, c) for c in queue.categories]
-        self.fields["category"].choices = [("", "Any category"), *categories]  # type: ignore[attr-defined]
+        category = self.fields["category"]
+        assert isinstance(category, forms.ChoiceField)
+        category.choices = [("", "Any category"), *categories]
 
     def chosen(self) -> dict[str, str]:
         """The filters picked, or none when the form is empty or invalid."""

@@ -20,6 +20,11 @@ class TicketRow:
 def tickets_for_queue(*, queue: Queue, filters: Mapping[str, str]) -> list[TicketRow]:
     """The queue's tickets, most urgent first; `filters` as TicketFilterForm.chosen()."""
     items = queue.items.all()
+    review = filters.get("review", "")
+    if review == "":
+        items = items.exclude(status=Item.Status.DECIDED)
+    elif review == "decided":
+        items = items.filter(status=Item.Status.DECIDED)
     if filters.get("status"):
         items = items.filter(ticket_status=filters["status"])
     if filters.get("category"):

@@ -1,5 +1,6 @@
 """The per-queue dashboard: figures from real decisions, charts as inline SVG, members only."""
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -8,7 +9,7 @@ from django.test import Client
 from django.utils import timezone
 
 from icrlhf.generation.models import Candidate
-from icrlhf.insights.charts import nice_ceiling
+from icrlhf.insights.charts import Series, line_chart, nice_ceiling
 from icrlhf.insights.selectors import DECISIONS_PER_POINT, queue_dashboard
 from icrlhf.memory.models import Example, Retrieval
 from icrlhf.review.decisions import decision_record
@@ -139,3 +140,19 @@ def test_only_members_see_a_queue_dashboard(queue: Any) -> None:
 )
 def test_axes_end_on_a_round_number_above_the_largest_value(largest: float, top: float) -> None:
     assert nice_ceiling(largest) == top
+
+
+def test_two_series_at_the_same_value_both_show_and_the_text_is_readable() -> None:
+    svg = line_chart(
+        title="Acceptance",
+        x_labels=["1", "2"],
+        series=[
+            Series("with memory", "#1f77b4", [0.5, 0.8]),
+            Series("without", "#d62728", [0.5, 0.6]),
+        ],
+    )
+    first = re.findall(r'<circle cx="[\d.]+" cy="[\d.]+" r="([\d.]+)"[^>]*stroke="#1f77b4"', svg)
+    second = re.findall(r'<circle cx="[\d.]+" cy="[\d.]+" r="([\d.]+)"[^>]*stroke="#d62728"', svg)
+    assert len(first) == len(second) == 2
+    assert float(first[0]) > float(second[0])  # a ring around the later series' point
+    assert 'font-size="15"' in svg

@@ -348,7 +348,9 @@ def test_a_ticket_is_triaged_end_to_end(
 
     item.refresh_from_db()
     assert (item.category, item.priority, item.ticket_status) == ("card_arrival", "urgent", "open")
-    page.goto(f"{live_server.url}/q/{queue.slug}/?category=card_arrival")
+    page.goto(f"{live_server.url}/q/{queue.slug}/")
+    expect(page.get_by_role("row").filter(has_text="Card never came")).to_have_count(0)
+    page.goto(f"{live_server.url}/q/{queue.slug}/?category=card_arrival&review=decided")
     expect(page.get_by_role("row").filter(has_text="Card never came")).to_contain_text("Open")
 
 

@@ -249,3 +249,16 @@ def test_undoing_a_triage_gives_the_ticket_back_what_it_had_and_tells_the_helpde
     assert (undone["ticket"]["category"], undone["ticket"]["priority"]) == ("", "low")
     assert undone["triage"] == GOOD and undone["undone_at"] is not None
     receiver.server.shutdown()
+
+
+def test_the_ticket_list_shows_what_waits_for_review_unless_asked_for_decided_ones(
+    triage_queue: Any, logged_in: Client
+) -> None:
+    ItemFactory(queue=triage_queue, subject="Waiting one")
+    ItemFactory(queue=triage_queue, subject="Decided one", status=Item.Status.DECIDED)
+    default = logged_in.get(f"/q/{triage_queue.slug}/").content.decode()
+    assert "Waiting one" in default and "Decided one" not in default
+    decided = logged_in.get(f"/q/{triage_queue.slug}/?review=decided").content.decode()
+    assert "Decided one" in decided and "Waiting one" not in decided
+    every = logged_in.get(f"/q/{triage_queue.slug}/?review=all").content.decode()
+    assert "Decided one" in every and "Waiting one" in every
