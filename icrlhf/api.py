@@ -1,6 +1,8 @@
 """The REST API (django-ninja): one router per app, mounted here under /api/v1/, with the
 errors every endpoint shares (429 with Retry-After, 422 listing each invalid field)."""
 
+from collections.abc import Callable
+from functools import wraps
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -13,6 +15,26 @@ from icrlhf.ingest.api import TicketLimitReached
 from icrlhf.ingest.api import router as tickets_router
 from icrlhf.ingest.auth import TokenAuth
 
+
+def _with_a_way_back(docs_view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """The API docs page (django-ninja's own) with a link back into the app on top."""
+
+    @wraps(docs_view)
+    def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = docs_view(request, *args, **kwargs)
+        if response.get("Content-Type", "").startswith("text/html"):
+            response.content = response.content.replace(
+                b'<div id="swagger-ui">', _WAY_BACK + b'<div id="swagger-ui">', 1
+            )
+        return response
+
+    return view
+
+
+_WAY_BACK = (
+    b'<p style="margin:1rem 2rem;font:16px system-ui"><a href="/">&larr; Back to icrlhf</a></p>'
+)
+
 api = NinjaAPI(
     title="icrlhf API",
     version="1",
@@ -20,6 +42,7 @@ api = NinjaAPI(
     "Bearer <token>` (a token belongs to one queue; staff create them in the admin).",
     auth=TokenAuth(),
     urls_namespace="api",
+    docs_decorator=_with_a_way_back,
 )
 
 

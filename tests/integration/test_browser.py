@@ -693,3 +693,23 @@ def test_the_curators_examples_list_and_page_agree(live_server: Any, browser: Br
     page.goto(f"{live_server.url}/admin/memory/curationevent/")
     expect(page.get_by_role("cell", name="retire").first).to_be_visible()
     page.context.close()
+
+
+def test_wide_screens_keep_the_guidelines_beside_the_work_and_the_api_docs_lead_back(
+    live_server: Any, browser: Browser, reviewer: Any
+) -> None:
+    queue = QueueFactory(members=[reviewer], guidelines="## Rules\n\nBe brief.")
+    ready_items(queue, 1)
+    page = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+    box = page.locator("details.guidelines").bounding_box()
+    first = page.locator("#candidate-1").bounding_box()
+    assert box is not None and first is not None
+    assert box["x"] > first["x"] + first["width"]  # a side panel, right of the candidates
+    assert box["y"] < first["y"]  # in view from the top
+
+    page.goto(f"{live_server.url}/api/v1/docs")
+    page.get_by_role("link", name="Back to icrlhf").click()
+    expect(page.get_by_role("heading", name="Queues")).to_be_visible()
+    page.context.close()
