@@ -82,6 +82,7 @@ bench: install-test models secret-key
 		$(BIN)/python manage.py bench_pipeline --database-url "$$postgres" $(BENCH_ARGS) && \
 		$(BIN)/python manage.py bench_review --database-url "$$postgres" $(BENCH_ARGS); \
 	else echo "No PostgreSQL answers: the pipeline and review benchmarks ran on SQLite only."; fi
+	$(BIN)/python manage.py bench_workbench $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_curation $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_export $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_learning $(BENCH_ARGS)

@@ -1,0 +1,20 @@
+"""The reviewer's-day benchmark drives a real browser through real decisions with the keyboard
+alone: every decision lands, and Submit is in view on every item as it opens."""
+
+import io
+import json
+
+import pytest
+from django.core.management import call_command
+
+pytestmark = [pytest.mark.integration]
+
+
+def test_a_keyboard_only_reviewer_decides_every_item_with_submit_always_in_view() -> None:
+    out = io.StringIO()
+    call_command("bench_workbench", "--decisions=5", "--latency=0.5", "--json", stdout=out)
+    result = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert result["decisions"] == 5
+    assert result["command_keys_per_decision"] == pytest.approx((4 * 2 + 4) / 5)
+    assert result["submit_in_view_share"] == 1.0
+    assert result["page_height_p50_px"] < 1500
