@@ -3,7 +3,8 @@ only, while the real worker generates the items against an endpoint with a fixed
 
 A throw-away world with a real Celery worker and gunicorn; the items are created through the
 services when the run starts, so the first ones are still arriving as the reviewer begins.
-Every fifth decision is an edit (e, a few words, Ctrl+Enter); the others a pick (1, Enter).
+Every fifth decision is an edit (its label, e, a few words, Ctrl+Enter); the others a pick
+(the label of the first candidate that has arrived, Enter).
 Prints keystrokes per decision, the time from an item shown to its first pickable
 candidate, from a submit to the next pickable item, and the page's height at 1366×900."""
 
@@ -133,8 +134,10 @@ def drive(base: str, options: dict[str, Any]) -> dict[str, Any]:
             heights.append(page.evaluate("document.documentElement.scrollHeight"))
             submit = page.get_by_role("button", name="Submit decision")
             submit_in_view += bool(submit.evaluate(_IN_VIEW))
+            # The first candidate that has arrived (others may still be generating).
+            label = page.locator("article.candidate.done").first.get_attribute("data-label")
             if number % 5 == 4:
-                page.keyboard.press("1")
+                page.keyboard.press(str(label))
                 page.keyboard.press("e")
                 page.keyboard.press("End")
                 page.keyboard.type(EDIT)
@@ -142,7 +145,7 @@ def drive(base: str, options: dict[str, Any]) -> dict[str, Any]:
                 commands += 4
                 keys += 4 + len(EDIT)
             else:
-                page.keyboard.press("1")
+                page.keyboard.press(str(label))
                 page.keyboard.press("Enter")
                 commands += 2
                 keys += 2
