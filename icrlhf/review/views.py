@@ -150,17 +150,17 @@ def _undo_offer(request: HtmxHttpRequest) -> dict[str, Any]:
     """The reviewer's last decision while it can still be undone, and until when (epoch ms),
     for the one banner that says it was saved; nothing once the window has passed."""
     decision_id = request.session.get(_UNDO_SESSION_KEY)
-    if decision_id is None:
-        return {}
-    decision = Decision.objects.standing().filter(pk=decision_id, reviewer=request.user).first()
-    if decision is None:
+    decision = (
+        Decision.objects.standing().filter(pk=decision_id, reviewer=request.user).first()
+        if decision_id is not None
+        else None
+    )
+    window = timedelta(seconds=settings.REVIEW_UNDO_WINDOW_S)
+    if decision is None or decision.created_at + window <= timezone.now():
         request.session.pop(_UNDO_SESSION_KEY, None)
         return {}
-    until = decision.created_at + timedelta(seconds=settings.REVIEW_UNDO_WINDOW_S)
-    if until <= timezone.now():
-        request.session.pop(_UNDO_SESSION_KEY, None)
-        return {}
-    return {"undo": decision, "undo_until_ms": int(until.timestamp() * 1000)}
+    until_ms = int((decision.created_at + window).timestamp() * 1000)
+    return {"undo": decision, "undo_until_ms": until_ms}
 
 
 @require_POST
