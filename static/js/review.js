@@ -115,13 +115,21 @@
   }
 
   // --- Wiring -----------------------------------------------------------------------------------
-  // Runs on load and after every poll's swap: binds what is new (a candidate that just
-  // arrived); what the poll preserved (hx-preserve) is bound already and keeps its state.
+  // Binds `setUpOne` to each element matching `selector` under `root` once: a poll's swap
+  // brings new elements (a candidate that just arrived) beside preserved ones (hx-preserve)
+  // that are bound already and keep their state.
+  function bindOnce(root, selector, setUpOne) {
+    root.querySelectorAll(selector + ":not([data-ready])").forEach(function (element) {
+      element.dataset.ready = "1";
+      setUpOne(element);
+    });
+  }
+
+  // Runs on load and after every poll's swap.
   function setUp() {
     const f = form();
     if (!f) return;
-    f.querySelectorAll("textarea[data-original]:not([data-ready])").forEach(function (t) {
-      t.dataset.ready = "1";
+    bindOnce(f, "textarea[data-original]", function (t) {
       const renderSoon = debounced(function () { renderDiff(t); }, DIFF_PAUSE_MS);
       t.addEventListener("input", function () {
         const radio = document.getElementById(t.closest("details").dataset.choice);
@@ -129,40 +137,35 @@
         renderSoon();
       });
     });
-    f.querySelectorAll("details.editor:not([data-ready])").forEach(function (d) {
-      d.dataset.ready = "1";
+    bindOnce(f, "details.editor", function (d) {
       d.addEventListener("toggle", function () {
         if (d.open) { const t = d.querySelector("textarea"); renderDiff(t); }
       });
     });
-    f.querySelectorAll("input[name=choice]:not([data-ready])").forEach(function (radio) {
-      radio.dataset.ready = "1";
+    bindOnce(f, "input[name=choice]", function (radio) {
       radio.addEventListener("change", function () { prefillTriage(radio); });
     });
-    foldLongAnswers(f);
-    if (f.dataset.ready) return;
-    f.dataset.ready = "1";
-    f.addEventListener("input", saveDraft);
-    f.addEventListener("change", saveDraft);
-    restoreDraft();
+    bindOnce(f, "article.candidate .candidate-text", foldIfLong);
+    bindOnce(document, "#decision-form", function () {
+      f.addEventListener("input", saveDraft);
+      f.addEventListener("change", saveDraft);
+      restoreDraft();
+    });
   }
 
   // A long answer shows its first lines, with "Show all" to unfold it.
-  function foldLongAnswers(f) {
-    f.querySelectorAll("article.candidate .candidate-text:not([data-ready])").forEach(function (text) {
-      text.dataset.ready = "1";
-      text.classList.add("folded");
-      if (text.scrollHeight <= text.clientHeight + 8) { text.classList.remove("folded"); return; }
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "link show-all";
-      button.textContent = "Show all";
-      button.addEventListener("click", function () {
-        const folded = text.classList.toggle("folded");
-        button.textContent = folded ? "Show all" : "Show less";
-      });
-      text.after(button);
+  function foldIfLong(text) {
+    text.classList.add("folded");
+    if (text.scrollHeight <= text.clientHeight + 8) { text.classList.remove("folded"); return; }
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "link show-all";
+    button.textContent = "Show all";
+    button.addEventListener("click", function () {
+      const folded = text.classList.toggle("folded");
+      button.textContent = folded ? "Show all" : "Show less";
     });
+    text.after(button);
   }
 
   // Triage: picking a candidate fills the correction fields with its values, to adjust.
@@ -179,11 +182,9 @@
 
   // Triage: the category search narrows the list to the names containing what is typed and
   // selects the first of them (Enter or Tab then moves on).
-  function categorySearch() {
-    const search = document.getElementById("triage-category-search");
+  function categorySearch(search) {
     const select = document.getElementById("triage-category");
-    if (!search || !select || search.dataset.ready) return;
-    search.dataset.ready = "1";
+    if (!select) return;
     search.addEventListener("input", function () {
       const wanted = search.value.trim().toLowerCase().replace(/[\s-]+/g, "_");
       let first = null;
@@ -303,7 +304,7 @@
   if (keymapOpen) keymapOpen.addEventListener("click", toggleKeymap);
   document.body.addEventListener("htmx:afterSwap", setUp);
   setUp();
-  categorySearch();
+  bindOnce(document, "#triage-category-search", categorySearch);
   rememberGuidelines();
   undoCountdown();
 })();
