@@ -73,7 +73,7 @@ def priority_match(value: str) -> str:
     wanted = _PRIORITY_SYNONYMS.get(wanted, wanted)
     if wanted not in PRIORITIES:
         raise TriageParseError(
-            f"“{value.strip()[:40]}” is not a priority (low, normal, high, urgent)."
+            f"“{value.strip()[:40]}” is not a priority ({', '.join(PRIORITIES)})."
         )
     return wanted
 
@@ -163,6 +163,7 @@ def triage_instructions(categories: list[str]) -> str:
     return (
         "Triage the customer's ticket. Choose exactly one category from this list: "
         + ", ".join(categories)
-        + ". Choose a priority: low, normal, high or urgent. Write a short reply to the "
-        'customer. Answer with JSON only: {"category": "...", "priority": "...", "reply": "..."}'
+        + f". Choose a priority: {', '.join(PRIORITIES[:-1])} or {PRIORITIES[-1]}. "
+        "Write a short reply to the customer. "
+        'Answer with JSON only: {"category": "...", "priority": "...", "reply": "..."}'
     )
