@@ -4,6 +4,7 @@ kind, the decision webhook), settling an item once its reviewers have decided, a
 from collections.abc import Sequence
 from datetime import timedelta
 from itertools import combinations
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -164,7 +165,7 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
     _memory_credit(decision, undo=True)
     item = item_lock(decision.item_id)
     if decision.replaced is not None:
-        _kind_undo(item, decision)
+        _kind_undo(item, replaced=decision.replaced)
         _webhook_on_commit(decision, TRIAGE_UNDONE)
     _item_settle(item)
     Claim.objects.update_or_create(
@@ -246,15 +247,16 @@ def _candidate_for(
     return candidate
 
 
-def _kind_undo(item: Item, undone: Decision) -> None:
-    """Put back what the undone decision changed through its kind, unless another reviewer's
-    standing decision on the item should show instead (then theirs is applied again)."""
+def _kind_undo(item: Item, *, replaced: dict[str, Any]) -> None:
+    """Put back what an undone decision changed through its kind (`replaced`), unless another
+    reviewer's standing decision on the item should show instead (then theirs is applied
+    again)."""
     kind = kind_of(item.queue)
     other = item.decisions.standing().exclude(final_fields=None).order_by("-created_at").first()
     if other is not None and other.final_fields is not None:
         kind.on_decision(item_id=item.pk, final=Final(other.final_fields, other.final_text))
-    elif undone.replaced is not None:
-        kind.on_undo(item_id=item.pk, replaced=undone.replaced)
+    else:
+        kind.on_undo(item_id=item.pk, replaced=replaced)
 
 
 # The decision webhook's events: a triage confirmed, and one taken back.

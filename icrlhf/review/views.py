@@ -244,10 +244,12 @@ def skip(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
 
 @require_POST
 def candidate_retry(request: HttpRequest, candidate_id: int) -> HttpResponse:
-    candidate = get_object_or_404(Candidate.objects.select_related("generation"), pk=candidate_id)
+    candidate = get_object_or_404(
+        Candidate.objects.select_related("generation__item"), pk=candidate_id
+    )
     return _regeneration(
         request,
-        candidate.generation.item_id,
+        candidate.generation.item,
         lambda reviewer: review_claims.candidate_retry(
             candidate_id=candidate.pk, reviewer=reviewer
         ),
@@ -260,19 +262,18 @@ def item_regenerate(request: HttpRequest, item_id: int) -> HttpResponse:
     item = get_object_or_404(Item, pk=item_id)
     return _regeneration(
         request,
-        item.pk,
+        item,
         lambda reviewer: review_claims.item_regenerate(item_id=item.pk, reviewer=reviewer),
         done="Generating a new set of candidates.",
     )
 
 
 def _regeneration(
-    request: HttpRequest, item_id: int, action: Callable[[User], object], *, done: str
+    request: HttpRequest, item: Item, action: Callable[[User], object], *, done: str
 ) -> HttpResponse:
     """Retry and regenerate: for reviewers of the item's queue, under the claim rule; the item
     page says what happened."""
-    queue_id = Item.objects.values_list("queue_id", flat=True).get(pk=item_id)
-    review_check(request.user, queue_for_member(request.user, pk=queue_id))
+    review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
     if not isinstance(request.user, User):  # review_check lets only a reviewer through
         raise PermissionDenied
     try:
@@ -283,4 +284,4 @@ def _regeneration(
         messages.error(request, " ".join(error.messages))
     else:
         messages.info(request, done)
-    return redirect("review:item", item_id=item_id)
+    return redirect("review:item", item_id=item.pk)
