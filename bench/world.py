@@ -29,7 +29,15 @@ from urllib.parse import quote, urlparse, urlunparse
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from icrlhf.ops.stack import Child, Stack, celery_worker_command
+from icrlhf.ops.stack import (
+    Child,
+    Stack,
+    celery_worker_command,
+    free_port,
+    http_ok,
+    wait_until,
+    web_command,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 MANAGE = [sys.executable, str(ROOT / "manage.py")]
@@ -120,6 +128,16 @@ class World:
                 "--concurrency", str(concurrency), "--without-mingle", "--without-gossip"
             ),
         )
+
+    def web(self, *, port: int = 0, workers: int = 2) -> tuple[Child, str]:
+        """The product's web server (gunicorn, as `make run` starts it) with its static files,
+        once it answers; returns it and its base URL."""
+        self.manage("collectstatic", "--noinput", "-v", "0")
+        port = port or free_port()
+        child = self.spawn("web", web_command(port, workers=workers))
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: http_ok(f"{base}/accounts/login/"), timeout_s=30, what="gunicorn")
+        return child, base
 
     def inside(self, command: str, options: Mapping[str, Any]) -> Any:
         """Runs `manage.py <command> --inner` in this world with these options; its result."""

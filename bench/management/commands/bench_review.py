@@ -16,7 +16,6 @@ import requests
 from django.core.management.base import CommandParser
 
 from bench.world import WorldCommand, percentile, world
-from icrlhf.ops.stack import free_port, http_ok, wait_until, web_command
 
 PASSWORD = "bench-reviewer-password"  # noqa: S105 (a throw-away world's users)
 WEB_WORKERS = 3
@@ -46,7 +45,6 @@ class Command(WorldCommand):
         )
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
-        port = options["port"] or free_port()
         # Every simulated reviewer logs in from 127.0.0.1: lift the per-address limit.
         with world(
             "bench-review",
@@ -54,10 +52,7 @@ class Command(WorldCommand):
             LOGIN_ATTEMPTS_PER_MINUTE="100000",
         ) as here:
             here.inside("bench_review", {**options, "phase": "seed"})
-            here.manage("collectstatic", "--noinput", "-v", "0")
-            web = here.spawn("web", web_command(port, workers=WEB_WORKERS))
-            base = f"http://127.0.0.1:{port}"
-            wait_until(lambda: http_ok(f"{base}/accounts/login/"), timeout_s=30, what="gunicorn")
+            web, base = here.web(port=options["port"], workers=WEB_WORKERS)
             result = load(base, options)
             web.process.terminate()
             web.process.wait(timeout=15)

@@ -16,7 +16,6 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from bench.world import WorldCommand, percentile, world
-from icrlhf.ops.stack import free_port, http_ok, wait_until, web_command
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 PASSWORD = "bench-reviewer-password"  # noqa: S105 (a throw-away world's user)
@@ -40,12 +39,8 @@ class Command(WorldCommand):
                 LLM_MODEL="openai/fixed-latency",
                 LOGIN_ATTEMPTS_PER_MINUTE="1000",
             ) as here:
-                here.manage("collectstatic", "--noinput", "-v", "0")
                 here.worker(concurrency=8)
-                port = free_port()
-                here.spawn("web", web_command(port))
-                base = f"http://127.0.0.1:{port}"
-                wait_until(lambda: http_ok(f"{base}/accounts/login/"), timeout_s=30, what="web")
+                _web, base = here.web()
                 here.inside("bench_workbench", {**options, "phase": "seed"})
                 return drive(base, options)
         finally:
