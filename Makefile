@@ -20,7 +20,7 @@ help:
 	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
 	@echo "make test   - install everything and run the whole test suite"
 	@echo "make bench  - run the benchmarks (local LLM speed, pipeline and review page on both"
-	@echo "              databases, curation, export, learning curve)"
+	@echo "              databases, the reviewer's day, the gateway, curation, export, learning)"
 	@echo "make chaos  - inject faults into the real loop and print what was lost or stuck"
 	@echo "make lint   - ruff, mypy and the import layers (import-linter)"
 
@@ -83,6 +83,7 @@ bench: install-test models secret-key
 		$(BIN)/python manage.py bench_review --database-url "$$postgres" $(BENCH_ARGS); \
 	else echo "No PostgreSQL answers: the pipeline and review benchmarks ran on SQLite only."; fi
 	$(BIN)/python manage.py bench_workbench $(BENCH_ARGS)
+	$(BIN)/python manage.py bench_gateway $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_curation $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_export $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_learning $(BENCH_ARGS)

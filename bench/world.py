@@ -34,6 +34,7 @@ from icrlhf.ops.stack import (
     Stack,
     celery_worker_command,
     free_port,
+    gateway_command,
     http_ok,
     wait_until,
     web_command,
@@ -138,6 +139,15 @@ class World:
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: http_ok(f"{base}/accounts/login/"), timeout_s=30, what="gunicorn")
         return child, base
+
+    def gateway(self, *, port: int = 0) -> tuple[Child, str]:
+        """The OpenAI-compatible gateway (uvicorn, as `make run` starts it) once it answers;
+        returns it and its API base URL."""
+        port = port or free_port()
+        child = self.spawn("gateway", gateway_command(port))
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: http_ok(f"{base}/healthz"), timeout_s=60, what="the gateway")
+        return child, f"{base}/v1"
 
     def inside(self, command: str, options: Mapping[str, Any]) -> Any:
         """Runs `manage.py <command> --inner` in this world with these options; its result."""

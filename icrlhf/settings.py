@@ -114,6 +114,7 @@ INSTALLED_APPS = [
     "icrlhf.ingest",
     "icrlhf.export",
     "icrlhf.insights",
+    "icrlhf.gateway",
     "icrlhf.accounts",
     "icrlhf.ops",
 ]
@@ -139,6 +140,11 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "icrlhf.urls"
+# The gateway process (`icrlhf.gateway.asgi`) serves only the OpenAI-compatible API: its own
+# URLs, authenticated by bearer tokens, so none of the pages' sessions, CSRF or login.
+if env_str("ICRLHF_PROCESS", "web") == "gateway":
+    ROOT_URLCONF = "icrlhf.gateway.urls"
+    MIDDLEWARE = ["django.middleware.security.SecurityMiddleware"]
 WSGI_APPLICATION = "icrlhf.wsgi.application"
 
 TEMPLATES = [
@@ -242,6 +248,18 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = env_str("RESULT_BACKEND_URL", "") or CELERY_BROKER_URL
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Work that touches the vector store has a queue of its own: `make run` gives it a worker of
+# its own (the one that owns the embedded store), so a retrieval the gateway waits for never
+# queues behind minutes of LLM calls. A worker started without -Q consumes both.
+CELERY_MEMORY_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}.memory"
+CELERY_TASK_QUEUES: dict[str, dict[str, str]] = {
+    CELERY_TASK_DEFAULT_QUEUE: {},
+    CELERY_MEMORY_QUEUE: {},
+}
+CELERY_TASK_ROUTES = {
+    "memory.*": {"queue": CELERY_MEMORY_QUEUE},
+    "generation.prepare": {"queue": CELERY_MEMORY_QUEUE},
+}
 
 # --- LLM (any litellm model) ----------------------------------------------------------------
 LLM_MODEL = env_str("LLM_MODEL", "openai/smollm2")
@@ -285,6 +303,18 @@ QDRANT_COLLECTION_PREFIX = env_str("QDRANT_COLLECTION_PREFIX", "icrlhf")
 MEMORY_SWEEP_INTERVAL_S = env_int("MEMORY_SWEEP_INTERVAL_S", 60)
 # How often low-utility examples are retired (thresholds are per queue).
 MEMORY_PRUNE_INTERVAL_S = env_int("MEMORY_PRUNE_INTERVAL_S", 3600)
+
+# --- The gateway: the OpenAI-compatible endpoint applications call ------------------------------
+# Requests per minute per token (counted atomically in the cache, like the API's).
+GATEWAY_REQUESTS_PER_MINUTE = env_int("GATEWAY_REQUESTS_PER_MINUTE", 3000)
+# A request body larger than this is refused with 413 before it is read.
+GATEWAY_MAX_REQUEST_BYTES = env_int("GATEWAY_MAX_REQUEST_BYTES", 1_000_000)
+# With the embedded store (no QDRANT_URL) the worker owns it and answers the gateway's
+# retrievals; past this wait the call is answered without memory.
+GATEWAY_RECALL_TIMEOUT_S = env_float("GATEWAY_RECALL_TIMEOUT_S", 2.0)
+# Threads per gateway process for its blocking work (database, retrieval): one per call in
+# flight, up to this many.
+GATEWAY_THREADS = env_int("GATEWAY_THREADS", 48)
 
 # --- Input limits ----------------------------------------------------------------------------
 ITEM_INPUT_MAX_CHARS = env_int("ITEM_INPUT_MAX_CHARS", 20_000)

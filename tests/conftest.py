@@ -14,7 +14,7 @@ from django.test import Client
 
 from bench.world import database_url_of
 from icrlhf.integrations import llm, vectors
-from icrlhf.ops.stack import Stack, celery_worker_command
+from icrlhf.ops.stack import Stack, celery_worker_command, free_port, gateway_command, http_ok
 from tests.factories import QueueFactory, UserFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
@@ -51,10 +51,11 @@ LLMAnswer = Callable[[str], None]
 def llm_answer(monkeypatch: pytest.MonkeyPatch) -> LLMAnswer:
     """Makes the LLM module answer a given text (or raise, for "litellm.RateLimitError") through
     litellm's own offline switch, `mock_response`: litellm's real code path, no network."""
-    real_complete = llm.complete
+    real = {name: getattr(llm, name) for name in ("complete", "acomplete", "astream")}
 
     def answer(text: str) -> None:
-        monkeypatch.setattr(llm, "complete", functools.partial(real_complete, mock_response=text))
+        for name, call in real.items():
+            monkeypatch.setattr(llm, name, functools.partial(call, mock_response=text))
 
     return answer
 
@@ -160,6 +161,68 @@ def worker_process(
         yield worker
     finally:
         worker.stop()
+
+
+class GatewayProcess:
+    """The real gateway (uvicorn, ASGI) in its own process, on the tests' database. Its
+    retrievals go through the session's worker, which owns the embedded store."""
+
+    def __init__(self, *, env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.log = log
+        self._log_stream = log.open("wb")
+        self.process = subprocess.Popen(
+            gateway_command(self.port),
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
+            stdout=self._log_stream,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError(f"The gateway exited: {self.log.read_text()[-3000:]}")
+            return http_ok(f"http://127.0.0.1:{self.port}/healthz")
+
+        wait_for(ready, timeout_s=timeout_s, what="the gateway")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log_stream.close()
+
+
+# Short enough that the timeout test waits little, long enough for every other call.
+GATEWAY_LLM_TIMEOUT_S = 3
+
+
+@pytest.fixture(scope="session")
+def gateway_process(
+    worker_process: WorkerProcess,
+    fixed_llm: FixedLatencyLLM,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[GatewayProcess]:
+    folder = tmp_path_factory.mktemp("gateway")
+    gateway = GatewayProcess(
+        env={
+            "LLM_API_BASE": fixed_llm.api_base,
+            "LLM_TIMEOUT_S": str(GATEWAY_LLM_TIMEOUT_S),
+            "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
+            "GATEWAY_RECALL_TIMEOUT_S": "10",  # the worker's first retrieval loads its model
+        },
+        log=folder / "gateway.log",
+    )
+    try:
+        gateway.wait_ready()
+        yield gateway
+    finally:
+        gateway.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -29,9 +29,12 @@ def messages_build(
     examples: Sequence[PromptExample],
     request: str,
     instructions: str = "",
+    history: Sequence[dict[str, str]] = (),
 ) -> list[dict[str, str]]:
     """`examples` come most similar first, as retrieved; they are sent most similar last.
-    `instructions` (the answer format of a triage queue) follow the system prompt."""
+    `instructions` (the answer format of a triage queue) follow the system prompt. `history`
+    (the earlier turns of a gateway caller's conversation) goes between the examples and the
+    request, as the caller sent it."""
     system_parts = [system_prompt.strip(), instructions.strip()]
     if guidelines.strip():
         system_parts.append(f"Guidelines (version {guidelines_version}):\n{guidelines.strip()}")
@@ -41,5 +44,6 @@ def messages_build(
     for example in reversed(examples):
         messages.append({"role": "user", "content": example.input_text})
         messages.append({"role": "assistant", "content": example.output_text})
+    messages.extend(history)
     messages.append({"role": "user", "content": request})
     return messages

@@ -61,15 +61,17 @@ def candidate_generate(candidate_id: int) -> None:
 
 
 def broker_backlog() -> int:
-    """Messages waiting in the broker queue the worker consumes."""
+    """Messages waiting in the broker queues the workers consume (generation work waits in
+    both: candidates in the default queue, preparations in the memory queue)."""
+    waiting = 0
     with current_app.connection_for_read() as connection:
-        try:
-            declared = connection.default_channel.queue_declare(
-                queue=settings.CELERY_TASK_DEFAULT_QUEUE, passive=True
-            )
-        except ChannelError:  # Redis drops an empty queue's key: "no queue" means empty
-            return 0
-    return int(declared.message_count)
+        for queue in (settings.CELERY_TASK_DEFAULT_QUEUE, settings.CELERY_MEMORY_QUEUE):
+            try:
+                declared = connection.default_channel.queue_declare(queue=queue, passive=True)
+            except ChannelError:  # Redis drops an empty queue's key: "no queue" means empty
+                continue
+            waiting += int(declared.message_count)
+    return waiting
 
 
 @shared_task(name="generation.sweep")

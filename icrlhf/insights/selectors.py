@@ -5,9 +5,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Q, QuerySet
+from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from icrlhf.gateway.models import Call
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
@@ -73,6 +75,26 @@ class Retrieval:
 
 
 @dataclass(frozen=True)
+class ServingDay:
+    calls: int
+    memory_used: int  # calls whose retrieval found examples (or answered from one)
+    from_memory: int  # calls answered from memory, with no model call
+    failed: int
+    latency_p95_ms: float | None  # of the day's successful calls (the latest 2,000)
+
+    def rate(self, count: int) -> float | None:
+        return count / self.calls if self.calls else None
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What the gateway served for the queue, per day."""
+
+    totals: ServingDay
+    by_day: list[ServingDay]
+
+
+@dataclass(frozen=True)
 class Dashboard:
     days: list[date]
     totals: Window
@@ -80,6 +102,7 @@ class Dashboard:
     by_count: list[Window]
     memory: Memory
     retrieval: Retrieval
+    serving: Serving
 
 
 def _decisions(queue: Queue, days: list[date]) -> tuple[Window, list[Window], list[Window]]:
@@ -152,6 +175,71 @@ def _retrieval(queue: Queue, days: list[date]) -> Retrieval:
     )
 
 
+_LATENCY_SAMPLE = 2000
+
+
+def _serving(queue: Queue, days: list[date]) -> Serving:
+    used = Count("pk", filter=Q(memory=Call.Memory.USED))
+    answered = Count("pk", filter=Q(source=Call.Source.MEMORY))
+    failed = Count("pk", filter=~Q(status_code=200))
+    calls = Call.objects.filter(queue=queue, created_at__date__gte=days[0])
+    per_day = {
+        row["day"]: row
+        for row in calls.annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(calls=Count("pk"), used=used, answered=answered, failed=failed)
+    }
+    by_day = []
+    for day in days:
+        row = per_day.get(day)
+        if row is None:
+            by_day.append(ServingDay(0, 0, 0, 0, None))
+            continue
+        latest = calls.filter(created_at__date=day, status_code=200).order_by("-created_at")
+        latencies = [
+            float(ms)
+            for ms in latest.values_list("total_ms", flat=True)[:_LATENCY_SAMPLE]
+            if ms is not None
+        ]
+        by_day.append(
+            ServingDay(
+                calls=row["calls"],
+                memory_used=row["used"],
+                from_memory=row["answered"],
+                failed=row["failed"],
+                latency_p95_ms=_p95(latencies),
+            )
+        )
+    all_latencies = [
+        float(ms)
+        for ms in calls.filter(status_code=200)
+        .order_by("-created_at")
+        .values_list("total_ms", flat=True)[:_LATENCY_SAMPLE]
+        if ms is not None
+    ]
+    total = calls.aggregate(calls=Count("pk"), used=used, answered=answered, failed=failed)
+    totals = ServingDay(
+        calls=total["calls"],
+        memory_used=total["used"],
+        from_memory=total["answered"],
+        failed=total["failed"],
+        latency_p95_ms=_p95(all_latencies),
+    )
+    return Serving(totals=totals, by_day=by_day)
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def queue_calls(*, queue: Queue) -> QuerySet[Call]:
+    """The queue's gateway calls, newest first."""
+    return Call.objects.filter(queue=queue).order_by("-created_at", "-pk")
+
+
 def queue_dashboard(*, queue: Queue) -> Dashboard:
     today = timezone.localdate()
     days = [today - timedelta(days=offset) for offset in range(DAYS - 1, -1, -1)]
@@ -163,4 +251,5 @@ def queue_dashboard(*, queue: Queue) -> Dashboard:
         by_count=by_count,
         memory=_memory(queue, days),
         retrieval=_retrieval(queue, days),
+        serving=_serving(queue, days),
     )

@@ -1,9 +1,16 @@
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.safestring import SafeString, mark_safe
 
 from icrlhf.insights.charts import Series, line_chart, nice_ceiling
-from icrlhf.insights.selectors import RELEVANT_SIMILARITY, Window, queue_dashboard
+from icrlhf.insights.selectors import (
+    RELEVANT_SIMILARITY,
+    ServingDay,
+    Window,
+    queue_calls,
+    queue_dashboard,
+)
 from icrlhf.queues.access import queue_for_member
 
 
@@ -33,6 +40,42 @@ def _seconds(windows: list[Window], x_title: str) -> str:
     )
 
 
+def _serving_charts(days: list[ServingDay], labels: list[str]) -> dict[str, str]:
+    calls = [float(day.calls) for day in days]
+    # Seconds: an LLM answer takes seconds, and "12.5 s" fits the axis where "12500 ms" does not.
+    latencies = [None if day.latency_p95_ms is None else day.latency_p95_ms / 1000 for day in days]
+    return {
+        "calls": line_chart(
+            title="Gateway calls per day",
+            x_title="day",
+            x_labels=labels,
+            series=[
+                Series("calls", "#0b5cad", calls),
+                Series("failed", "#b3261e", [float(day.failed) for day in days]),
+            ],
+            y_max=nice_ceiling(max(calls)),
+            y_label=lambda v: f"{v:g}",
+        ),
+        "memory_share": line_chart(
+            title="What memory did for gateway calls",
+            x_title="day",
+            x_labels=labels,
+            series=[
+                Series("examples retrieved", "#0f766e", [d.rate(d.memory_used) for d in days]),
+                Series("answered from memory", "#6bbf7f", [d.rate(d.from_memory) for d in days]),
+            ],
+        ),
+        "latency": line_chart(
+            title="Gateway latency, 95th percentile",
+            x_title="day",
+            x_labels=labels,
+            series=[Series("p95", "#8a5a00", latencies)],
+            y_max=nice_ceiling(max([v for v in latencies if v is not None] or [1.0])),
+            y_label=lambda v: f"{v:g} s",
+        ),
+    }
+
+
 def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     board = queue_dashboard(queue=queue)
@@ -51,6 +94,7 @@ def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
             y_max=nice_ceiling(stored[-1]),
             y_label=lambda v: f"{v:g}",
         ),
+        **_serving_charts(board.serving.by_day, day_labels),
         "retrieval": line_chart(
             title="Generations whose retrieval found a relevant example",
             x_title="day",
@@ -67,3 +111,13 @@ def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
         "relevant_similarity": RELEVANT_SIMILARITY,
     }
     return render(request, "insights/dashboard.html", context)
+
+
+CALLS_PER_PAGE = 50
+
+
+def queue_calls_page(request: HttpRequest, slug: str) -> HttpResponse:
+    """The gateway's log for one queue: each call, what shaped it and how long it took."""
+    queue = queue_for_member(request.user, slug=slug)
+    page = Paginator(queue_calls(queue=queue), CALLS_PER_PAGE).get_page(request.GET.get("page"))
+    return render(request, "insights/calls.html", {"queue": queue, "page": page})

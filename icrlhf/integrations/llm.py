@@ -8,6 +8,7 @@ import json
 import os
 import re
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -26,7 +27,14 @@ _NOISE = re.compile(r"^(?:litellm\.\w+: |\w+Error: |\w*Exception - )+")
 
 
 class LLMError(Exception):
-    """A failed LLM call, with a message fit to show a reviewer."""
+    """A failed LLM call, with a message fit to show a reviewer.
+
+    `status` is the HTTP status that tells a caller of the gateway what went wrong upstream:
+    429 rate-limited, 504 timed out, 502 unreachable or failing, 400 a request it refused."""
+
+    def __init__(self, message: str, *, status: int = 502) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class TransientLLMError(LLMError):
@@ -45,6 +53,7 @@ class Completion:
     completion_tokens: int
     cost_usd: float
     latency_ms: int
+    finish_reason: str = "stop"  # "length": cut at the token limit
 
 
 @cache
@@ -73,22 +82,25 @@ def _transient_errors() -> tuple[type[Exception], ...]:
 
 
 @cache
-def _error_labels() -> tuple[tuple[type[Exception], str], ...]:
+def _error_labels() -> tuple[tuple[type[Exception], str, int], ...]:
     # Most specific first: several of litellm's errors subclass others (Timeout is a
     # connection error, a context-window error is a bad request).
     litellm = _litellm()
     return (
-        (litellm.Timeout, "The model did not answer in time"),
-        (litellm.RateLimitError, "The model is rate-limited"),
-        (litellm.APIConnectionError, "The model could not be reached"),
-        (litellm.ServiceUnavailableError, "The model's server is unavailable"),
-        (litellm.BadGatewayError, "The model's server is unavailable"),
-        (litellm.InternalServerError, "The model's server failed"),
-        (litellm.AuthenticationError, "The model rejected the API key"),
-        (litellm.NotFoundError, "The model was not found"),
-        (litellm.ContextWindowExceededError, "The prompt is too long for the model"),
-        (litellm.BadRequestError, "The model rejected the request"),
+        (litellm.Timeout, "The model did not answer in time", 504),
+        (litellm.RateLimitError, "The model is rate-limited", 429),
+        (litellm.APIConnectionError, _UNREACHABLE, 502),
+        (litellm.ServiceUnavailableError, "The model's server is unavailable", 502),
+        (litellm.BadGatewayError, "The model's server is unavailable", 502),
+        (litellm.InternalServerError, "The model's server failed", 502),
+        (litellm.AuthenticationError, "The model rejected the API key", 502),
+        (litellm.NotFoundError, "The model was not found", 502),
+        (litellm.ContextWindowExceededError, "The prompt is too long for the model", 400),
+        (litellm.BadRequestError, "The model rejected the request", 400),
     )
+
+
+_UNREACHABLE = "The model could not be reached"
 
 
 def sampling_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -109,29 +121,124 @@ def complete(
     extra: dict[str, Any] = {} if mock_response is None else {"mock_response": mock_response}
     try:
         response = litellm.completion(
-            model=model,
-            messages=messages,
-            api_base=api_base or settings.LLM_API_BASE or None,
-            api_key=settings.LLM_API_KEY or None,
-            timeout=settings.LLM_TIMEOUT_S,
-            num_retries=0,  # Celery owns the retries, with backoff and a cap.
-            **sampling_params(params),
-            **extra,
+            model=model, messages=messages, **_call_options(params, api_base), **extra
         )
-    except _transient_errors() as error:
-        if _in_chain(error, json.JSONDecodeError):
-            # A 200 whose body is not JSON: a misconfigured endpoint, not a passing fault.
-            raise PermanentLLMError("The model's answer could not be read: not JSON.") from error
-        raise TransientLLMError(_describe(error)) from error
-    except Exception as error:  # litellm raises many types; all others are permanent.
-        raise PermanentLLMError(_describe(error)) from error
+    except Exception as error:  # litellm raises many types: sorted by _failure.
+        raise _failure(error) from error
     latency_ms = int((time.monotonic() - started) * 1000)
     return _completion_from(response, model=model, latency_ms=latency_ms)
+
+
+def _call_options(params: dict[str, Any], api_base: str) -> dict[str, Any]:
+    return {
+        "api_base": api_base or settings.LLM_API_BASE or None,
+        "api_key": settings.LLM_API_KEY or None,
+        "timeout": settings.LLM_TIMEOUT_S,
+        "num_retries": 0,  # Celery owns the retries, with backoff and a cap; callers own theirs.
+        **sampling_params(params),
+    }
+
+
+def _failure(error: Exception) -> LLMError:
+    if isinstance(error, LLMError):
+        return error
+    transient = isinstance(error, _transient_errors())
+    if transient and _in_chain(error, json.JSONDecodeError):
+        # A 200 whose body is not JSON: a misconfigured endpoint, not a passing fault.
+        return PermanentLLMError("The model's answer could not be read: not JSON.")
+    message, status = _describe(error)
+    return (TransientLLMError if transient else PermanentLLMError)(message, status=status)
+
+
+async def acomplete(
+    *,
+    messages: list[dict[str, str]],
+    model: str,
+    params: dict[str, Any],
+    api_base: str = "",
+    mock_response: str | None = None,
+) -> Completion:
+    """`complete` for an event loop (the gateway): many calls wait at once in one thread."""
+    litellm = _litellm()
+    started = time.monotonic()
+    extra: dict[str, Any] = {} if mock_response is None else {"mock_response": mock_response}
+    try:
+        response = await litellm.acompletion(
+            model=model, messages=messages, **_call_options(params, api_base), **extra
+        )
+    except Exception as error:
+        raise _failure(error) from error
+    latency_ms = int((time.monotonic() - started) * 1000)
+    return _completion_from(response, model=model, latency_ms=latency_ms)
+
+
+class Stream:
+    """A streamed completion: iterate for the text as it comes; once the iteration ends,
+    `prompt_tokens` and `completion_tokens` hold the usage (estimated if the model sent none).
+    A failure before or during the stream raises LLMError."""
+
+    def __init__(self, *, messages: list[dict[str, str]], chunks: AsyncIterator[Any]) -> None:
+        self._messages = messages
+        self._chunks = chunks
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.text = ""
+        self.finish_reason = "stop"
+
+    async def __aiter__(self) -> AsyncIterator[str]:
+        try:
+            async for chunk in self._chunks:
+                usage = getattr(chunk, "usage", None)
+                if usage is not None:
+                    self.prompt_tokens = int(getattr(usage, "prompt_tokens", 0) or 0)
+                    self.completion_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
+                choices = getattr(chunk, "choices", None) or []
+                if choices and getattr(choices[0], "finish_reason", None):
+                    self.finish_reason = str(choices[0].finish_reason)
+                delta = getattr(choices[0], "delta", None) if choices else None
+                piece = getattr(delta, "content", None) or ""
+                if piece:
+                    piece = piece.replace("\x00", "")
+                    self.text += piece
+                    yield piece
+        except Exception as error:
+            raise _failure(error) from error
+        if not self.prompt_tokens:
+            self.prompt_tokens = sum(count_tokens(m.get("content", "")) for m in self._messages)
+        if not self.completion_tokens and self.text:
+            self.completion_tokens = count_tokens(self.text)
+
+
+async def astream(
+    *,
+    messages: list[dict[str, str]],
+    model: str,
+    params: dict[str, Any],
+    api_base: str = "",
+    mock_response: str | None = None,
+) -> Stream:
+    """Starts a streamed completion. Connection and request errors raise here, before
+    anything is sent to the caller, so they can still become a proper error response."""
+    litellm = _litellm()
+    extra: dict[str, Any] = {} if mock_response is None else {"mock_response": mock_response}
+    try:
+        chunks = await litellm.acompletion(
+            model=model,
+            messages=messages,
+            stream=True,
+            stream_options={"include_usage": True},
+            **_call_options(params, api_base),
+            **extra,
+        )
+    except Exception as error:
+        raise _failure(error) from error
+    return Stream(messages=messages, chunks=chunks)
 
 
 def _completion_from(response: Any, *, model: str, latency_ms: int) -> Completion:
     try:
         content = response.choices[0].message.content
+        finish_reason = str(response.choices[0].finish_reason or "stop")
     except (AttributeError, IndexError, TypeError) as error:
         raise PermanentLLMError("The model's answer had no message in it.") from error
     if isinstance(content, str):
@@ -149,6 +256,7 @@ def _completion_from(response: Any, *, model: str, latency_ms: int) -> Completio
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         cost_usd=float(hidden.get("response_cost") or 0.0),
         latency_ms=latency_ms,
+        finish_reason=finish_reason,
     )
 
 
@@ -162,22 +270,23 @@ def _in_chain(error: BaseException, *kinds: type[BaseException]) -> bool:
     return False
 
 
-def _describe(error: Exception) -> str:
+def _describe(error: Exception) -> tuple[str, int]:
+    """A readable message, and the HTTP status that tells a gateway caller what happened."""
     import httpx
     import openai
 
     timed_out = _in_chain(error, _litellm().Timeout, openai.APITimeoutError, httpx.TimeoutException)
     if not timed_out and _in_chain(error, httpx.ConnectError, openai.APIConnectionError):
-        kind = "The model could not be reached"
+        kind, status = _UNREACHABLE, 502
     else:
-        kind = next(
-            (label for cls, label in _error_labels() if isinstance(error, cls)),
-            "The model call failed",
+        kind, status = next(
+            ((label, code) for cls, label, code in _error_labels() if isinstance(error, cls)),
+            ("The model call failed", 502),
         )
     detail = _NOISE.sub("", " ".join(str(getattr(error, "message", None) or error).split()))
     if len(detail) > _MAX_ERROR_CHARS:
         detail = detail[: _MAX_ERROR_CHARS - 1] + "…"
-    return f"{kind}: {detail}" if detail else kind
+    return (f"{kind}: {detail}" if detail else kind), status
 
 
 def count_tokens(text: str) -> int:

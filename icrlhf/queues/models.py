@@ -54,6 +54,14 @@ class Queue(models.Model):
         validators=[MinValueValidator(-1.0), MaxValueValidator(1.0)],
         help_text="A stored answer is offered as a candidate only from this similarity up.",
     )
+    memory_answer_threshold = models.FloatField(
+        "answer from memory at",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Gateway calls whose nearest preferred example is at least this similar "
+        "(cosine) get its answer, with no LLM call. Empty: always ask the model.",
+    )
     example_token_budget = models.PositiveIntegerField(
         default=1500, help_text="Retrieved examples are added whole until this budget is reached."
     )

@@ -117,3 +117,26 @@ def test_a_decision_made_while_the_store_is_down_is_kept_and_indexed_later(
     assert index.examples_index(example_ids=pending) == 2
     assert index.examples_unindexed() == []
     assert retrieve(queue, "Where is my card?") == ["It ships in 3 days."]
+
+
+def test_a_neighbourhood_crowded_with_rejected_answers_still_yields_the_preferred_one(
+    queue: Any, user: Any, vector_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first, unfiltered search sees only stale points (rejected or retired answers to the
+    very same request); the exact filtered search behind it still finds the preferred answer
+    to a similar one."""
+    for decision in range(3):
+        answers = [f"Wrong {decision}.{n}" for n in range(8)]
+        remember(queue, user, "My card has not arrived.", *answers)
+    Example.objects.filter(role=Example.Role.PREFERRED).update(status=Example.Status.RETIRED)
+    index.examples_payload_sync(example_ids=[e.pk for e in Example.objects.all()])
+    remember(queue, user, "My card has not arrived yet, where is it?", "It ships in 3 days.", "No.")
+    searches: list[dict[str, Any]] = []
+    real_search = vectors.search
+    monkeypatch.setattr(
+        vectors,
+        "search",
+        lambda **kwargs: searches.append(kwargs["match"]) or real_search(**kwargs),
+    )
+    assert retrieve(queue, "My card has not arrived.", k=1) == ["It ships in 3 days."]
+    assert searches == [{}, {"role": ["preferred"], "status": ["active"]}]

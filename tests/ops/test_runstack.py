@@ -1,6 +1,7 @@
 """`make run`'s stack survives a crashed part: the local LLM killed with SIGKILL is restarted
 while the web stays up, the terminal says what happened, and an item generated while the LLM
-is down ends with a readable reason that a retry clears."""
+is down ends with a readable reason that a retry clears; the gateway beside them answers an
+app through the local LLM."""
 
 import os
 import re
@@ -10,6 +11,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 from django.conf import settings
 
@@ -21,12 +23,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
 
 class RunningStack:
-    def __init__(self, env: dict[str, str], port: int) -> None:
+    def __init__(self, env: dict[str, str], port: int, gateway_port: int) -> None:
         self.env = env
         self.url = f"http://127.0.0.1:{port}/"
+        self.gateway = f"http://127.0.0.1:{gateway_port}/v1"
         self.output: list[str] = []
         self.process = subprocess.Popen(
-            [*MANAGE, "runstack", "--port", str(port)],
+            [*MANAGE, "runstack", "--port", str(port), "--gateway-port", str(gateway_port)],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -68,7 +71,7 @@ class RunningStack:
 
 @pytest.fixture
 def stack() -> Iterator[RunningStack]:
-    llm_port, web_port = free_port(), free_port()
+    llm_port, web_port, gateway_port = free_port(), free_port(), free_port()
     with world(
         "runstack",
         LLM_API_BASE=f"http://127.0.0.1:{llm_port}/v1",
@@ -77,14 +80,14 @@ def stack() -> Iterator[RunningStack]:
         LLM_MAX_RETRIES="1",
     ) as here:
         here.manage("collectstatic", "--noinput", "-v", "0")
-        running = RunningStack(here.env, web_port)
+        running = RunningStack(here.env, web_port, gateway_port)
         try:
             wait_for(lambda: running.said("icrlhf is running"), timeout_s=180, what="the stack")
             yield running
         finally:
             running.process.send_signal(signal.SIGINT)  # what Ctrl-C sends
             running.process.wait(timeout=90)
-    assert not port_open("127.0.0.1", web_port) and not port_open("127.0.0.1", llm_port)
+    assert not any(port_open("127.0.0.1", port) for port in (web_port, llm_port, gateway_port))
 
 
 def llm_pid(stack: RunningStack) -> int:
@@ -131,3 +134,16 @@ def test_a_killed_llm_is_restarted_and_the_stack_carries_on(stack: RunningStack)
     )
     wait_for(lambda: stack.shell(ITEM_STATUS) == "ready", timeout_s=90, what="the retried item")
     assert http_ok(f"{stack.url}accounts/login/")
+
+    # The gateway runs beside them, and answers an app through the local LLM.
+    assert stack.said(f"Apps: point an OpenAI client at {stack.gateway}")
+    token = stack.shell(
+        "from icrlhf.queues.models import Queue; from icrlhf.ingest.services import token_create;"
+        "print(token_create(queue=Queue.objects.get(slug='t'), name='app')[1])"
+    )
+    client = openai.OpenAI(base_url=stack.gateway, api_key=token, max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="t", messages=[{"role": "user", "content": "Where is my card?"}], max_tokens=16
+    )
+    assert raw.parse().choices[0].message.content
+    assert raw.headers["X-Icrlhf-Source"] == "model"

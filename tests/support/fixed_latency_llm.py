@@ -21,6 +21,7 @@ class FixedLatencyLLM:
         self.latency_s = latency_s
         self.host = host
         self.calls = 0
+        self.last_request: dict[str, Any] = {}  # what the latest call asked (its prompt)
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, port), self._handler_class())
@@ -42,11 +43,30 @@ class FixedLatencyLLM:
 
     def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
         """Status and body of the reply; test doubles override it to misbehave."""
-        return 200, json.dumps(self.answer(request)).encode()
+        answer = self.answer(request)
+        if request.get("stream"):
+            return 200, self._events(answer)
+        return 200, json.dumps(answer).encode()
+
+    @staticmethod
+    def _events(answer: dict[str, Any]) -> bytes:
+        """The answer as server-sent events, a word a chunk, then its usage, as OpenAI streams."""
+        words = answer["choices"][0]["message"]["content"].split(" ")
+        base = {key: answer[key] for key in ("id", "created", "model")}
+        base["object"] = "chat.completion.chunk"
+        chunks = [
+            {**base, "choices": [{"index": 0, "delta": {"content": (" " if i else "") + word}}]}
+            for i, word in enumerate(words)
+        ]
+        chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        chunks.append({**base, "choices": [], "usage": answer["usage"]})
+        lines = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
+        return "".join(lines).encode()
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             self.calls += 1
+            self.last_request = request
             number = next(self._counter)
         messages = request.get("messages") or [{}]
         question = str(messages[-1].get("content", ""))[:200]
@@ -85,7 +105,9 @@ class FixedLatencyLLM:
                 status, body = server.respond(request)
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
+                    streamed = request.get("stream") and body.startswith(b"data:")
+                    kind = "text/event-stream" if streamed else "application/json"
+                    self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
@@ -101,7 +123,7 @@ class FixedLatencyLLM:
 class FaultyLLM(FixedLatencyLLM):
     """The fixed-latency endpoint, with one fault switched on at a time."""
 
-    fault = ""  # "", "rate_limit", "server_error", "garbage"
+    fault = ""  # "", "rate_limit", "server_error", "bad_request", "garbage"
     failures_left = -1  # with a fault: how many calls fail before it clears (-1: all)
 
     def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
@@ -115,6 +137,8 @@ class FaultyLLM(FixedLatencyLLM):
             return 429, b'{"error": {"message": "Rate limit reached", "type": "rate_limit"}}'
         if self.fault == "server_error":
             return 500, b'{"error": {"message": "Internal error", "type": "server_error"}}'
+        if self.fault == "bad_request":
+            return 400, b'{"error": {"message": "Unknown parameter", "type": "invalid_request"}}'
         return 200, b"<html>Bad gateway</html> this is not JSON"
 
 

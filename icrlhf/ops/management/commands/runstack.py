@@ -12,6 +12,7 @@ from icrlhf.ops.stack import (
     LOOPBACK,
     celery_worker_command,
     embedded_broker_command,
+    gateway_command,
     http_ok,
     local_llm_command,
     port_open,
@@ -22,12 +23,18 @@ from icrlhf.ops.supervision import Part, Supervisor, tail
 
 class Command(BaseCommand):
     help = (
-        "Run broker, local LLM, worker and web under supervisord: a part that dies is "
+        "Run broker, local LLM, workers, web and gateway under supervisord: a part that dies is "
         "restarted and the others carry on; Ctrl-C stops them all."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument(
+            "--gateway-port",
+            type=int,
+            default=None,
+            help="The OpenAI-compatible gateway's port (default: the web port + 1).",
+        )
         parser.add_argument(
             "--no-local-llm",
             action="store_true",
@@ -50,10 +57,16 @@ class Command(BaseCommand):
         readiness: list[tuple[str, Any, float]] = []
         broker = self._broker(supervisor, readiness)
         llm = self._llm(supervisor, readiness, local=not options["no_local_llm"])
+        # Two workers: LLM calls in one, the vector store (which local mode lets one process
+        # open) in the other, so retrievals never wait behind LLM calls.
         supervisor.add(
             Part(
                 "worker",
                 celery_worker_command(
+                    "--queues",
+                    settings.CELERY_TASK_DEFAULT_QUEUE,
+                    "--hostname",
+                    "worker@%h",
                     "--concurrency",
                     "8",
                     "--beat",
@@ -63,9 +76,27 @@ class Command(BaseCommand):
                 priority=30,
             )
         )
+        supervisor.add(
+            Part(
+                "memory",
+                celery_worker_command(
+                    "--queues",
+                    settings.CELERY_MEMORY_QUEUE,
+                    "--hostname",
+                    "memory@%h",
+                    "--concurrency",
+                    "4",
+                ),
+                priority=30,
+            )
+        )
         url = f"http://127.0.0.1:{options['port']}/"
         supervisor.add(Part("web", web_command(options["port"]), priority=40))
         readiness.append(("web", lambda: http_ok(f"{url}accounts/login/"), 60))
+        gateway_port = options["gateway_port"] or options["port"] + 1
+        gateway = f"http://127.0.0.1:{gateway_port}"
+        supervisor.add(Part("gateway", gateway_command(gateway_port), priority=40))
+        readiness.append(("gateway", lambda: http_ok(f"{gateway}/healthz"), 60))
         try:
             supervisor.start()
             for name, ready, timeout_s in readiness:
@@ -75,6 +106,8 @@ class Command(BaseCommand):
                 "\n"
                 f"  icrlhf is running: open {url}\n"
                 f"  Log in as {login.username} / {login.password}\n"
+                f"  Apps: point an OpenAI client at {gateway}/v1 (model: a queue's slug, key: "
+                "a queue's integration token)\n"
                 f"  Broker: {broker}\n"
                 f"  LLM: {llm}\n"
                 f"  Logs: {supervisor.log_dir}/ (one per part; supervisord.log says what "

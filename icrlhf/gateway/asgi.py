@@ -1,0 +1,22 @@
+"""The gateway process: `uvicorn icrlhf.gateway.asgi:application` (make run starts it).
+
+It serves the OpenAI-compatible API only (its own URLs), and loads litellm before the first
+call, as the worker does. Only uvicorn imports this module: it marks the whole process as the
+gateway's."""
+
+import os
+
+os.environ["ICRLHF_PROCESS"] = "gateway"
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "icrlhf.settings")
+
+from django.conf import settings  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+from icrlhf.gateway.body_limit import body_limited  # noqa: E402
+from icrlhf.integrations import embeddings, llm  # noqa: E402
+
+application = body_limited(get_asgi_application())
+
+llm.warm_up()
+if settings.QDRANT_URL:  # with a server, retrieval runs here (else in the worker)
+    embeddings.warm_up()

@@ -1,0 +1,50 @@
+import uuid
+
+from django.db import models
+from django.utils import timezone
+
+from icrlhf.ingest.models import IntegrationToken
+from icrlhf.queues.models import Queue
+
+
+class Call(models.Model):
+    """One call an application made to the gateway: what shaped its answer, and how long
+    each part took. Written once the answer has been sent (a stream: once it ended)."""
+
+    class Source(models.TextChoices):
+        MODEL = "model", "model"
+        MEMORY = "memory", "memory"
+
+    class Memory(models.TextChoices):
+        USED = "used", "examples retrieved"
+        EMPTY = "empty", "nothing similar stored"
+        UNAVAILABLE = "unavailable", "memory unavailable"
+
+    # Chosen before the answer is sent, so the response headers can name the call.
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="calls")
+    token = models.ForeignKey(IntegrationToken, null=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(default=timezone.now)
+    source = models.CharField(max_length=10, choices=Source.choices)
+    memory = models.CharField(max_length=12, choices=Memory.choices)
+    stream = models.BooleanField(default=False)
+    status_code = models.PositiveSmallIntegerField(default=200)
+    error = models.CharField(max_length=500, blank=True)
+    request_text = models.TextField(help_text="The last user message: the retrieval query.")
+    answer_text = models.TextField(blank=True)
+    # [{"id": example uuid, "score": cosine}], in prompt order; a memory answer names its one.
+    examples = models.JSONField(default=list, blank=True)
+    top_score = models.FloatField(null=True, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    retrieval_ms = models.PositiveIntegerField(null=True, blank=True)
+    upstream_ms = models.PositiveIntegerField(null=True, blank=True)
+    total_ms = models.PositiveIntegerField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        indexes = [models.Index(fields=["queue", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"call {self.pk} to {self.queue} ({self.source})"

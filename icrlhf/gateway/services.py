@@ -1,0 +1,157 @@
+"""What the gateway decides for a call: the queue's memory, the prompt or a memory answer,
+the parameters sent upstream, and the log row. Blocking code: the views run it in threads."""
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from icrlhf.gateway.models import Call
+from icrlhf.gateway.schemas import ChatRequest
+from icrlhf.generation.prompts import PromptExample, messages_build
+from icrlhf.ingest.models import IntegrationToken
+from icrlhf.integrations.embeddings import EmbeddingModelMissing
+from icrlhf.integrations.vectors import VectorStoreUnavailable
+from icrlhf.kinds import kind_of
+from icrlhf.memory.selectors import Recall, RetrievedExample, examples_recall_anywhere
+from icrlhf.queues.models import Queue
+
+logger = logging.getLogger(__name__)
+
+# A memory answer is the most similar of this many nearest stored requests.
+_ANSWER_POOL = 3
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What will answer a call, and what shaped it."""
+
+    queue: Queue
+    request_text: str
+    memory: str  # a Call.Memory value
+    # In the prompt, most similar first; for a memory answer, the one example answering.
+    examples: list[RetrievedExample]
+    retrieval_ms: float
+    memory_answer: str | None = None
+    messages: list[dict[str, str]] = field(default_factory=list)
+    model: str = ""
+    api_base: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source(self) -> str:
+        return Call.Source.MODEL if self.memory_answer is None else Call.Source.MEMORY
+
+    @property
+    def top_score(self) -> float | None:
+        return max((r.score for r in self.examples), default=None)
+
+
+def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
+    """Retrieve the queue's preferred examples for the last user message; answer from the
+    nearest one when it is similar enough (the queue's threshold), else build the prompt with
+    the review flow's builder: the caller's system message (or the queue's) with the queue's
+    instructions and guidelines, the examples as earlier turns, then the caller's turns."""
+    request_text = request.messages[-1].text
+    threshold = queue.memory_answer_threshold
+    started = time.monotonic()
+    try:
+        recall = examples_recall_anywhere(
+            queue=queue,
+            query_text=request_text,
+            k=queue.k_examples,
+            token_budget=queue.example_token_budget,
+            pool=_ANSWER_POOL if threshold is not None else 0,
+        )
+        memory = Call.Memory.USED if recall.examples or recall.neighbours else Call.Memory.EMPTY
+    except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
+        # Better an answer without memory than none: the headers and the log say so.
+        logger.warning("Gateway call to %s answered without memory: %s", queue.slug, error)
+        recall, memory = Recall(examples=[], neighbours=[]), Call.Memory.UNAVAILABLE
+    retrieval_ms = (time.monotonic() - started) * 1000
+
+    nearest = max(recall.neighbours, key=lambda r: r.score, default=None)
+    if threshold is not None and nearest is not None and nearest.score >= threshold:
+        return Plan(
+            queue=queue,
+            request_text=request_text,
+            memory=memory,
+            examples=[nearest],
+            retrieval_ms=retrieval_ms,
+            memory_answer=nearest.example.output_text,
+        )
+
+    system = "\n\n".join(
+        m.text for m in request.messages if m.role in ("system", "developer") and m.text.strip()
+    )
+    history = [
+        {"role": m.role, "content": m.text}
+        for m in request.messages[:-1]
+        if m.role in ("user", "assistant")
+    ]
+    messages = messages_build(
+        system_prompt=system or queue.system_prompt,
+        instructions=kind_of(queue).instructions(queue),
+        guidelines=queue.guidelines,
+        guidelines_version=queue.guidelines_version,
+        examples=[
+            PromptExample(r.example.input_text, r.example.output_text) for r in recall.examples
+        ],
+        history=history,
+        request=request_text,
+    )
+    # The caller's sampling parameters, within the queue's limit on answer length.
+    params = {"temperature": queue.temperature, "max_tokens": queue.max_tokens}
+    params |= request.sampling()
+    params["max_tokens"] = min(int(params["max_tokens"]), queue.max_tokens)
+    return Plan(
+        queue=queue,
+        request_text=request_text,
+        memory=memory,
+        examples=recall.examples,
+        retrieval_ms=retrieval_ms,
+        messages=messages,
+        model=queue.model or settings.LLM_MODEL,
+        api_base=queue.api_base,
+        params=params,
+    )
+
+
+def call_record(
+    *,
+    call_id: uuid.UUID,
+    plan: Plan,
+    token: IntegrationToken,
+    stream: bool,
+    answer_text: str,
+    total_ms: float,
+    upstream_ms: float | None = None,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    model: str = "",
+    status_code: int = 200,
+    error: str = "",
+) -> Call:
+    return Call.objects.create(
+        id=call_id,
+        queue=plan.queue,
+        token=token,
+        source=plan.source,
+        memory=plan.memory,
+        stream=stream,
+        status_code=status_code,
+        error=error[:500],
+        request_text=plan.request_text,
+        answer_text=answer_text,
+        examples=[{"id": str(r.example.pk), "score": round(r.score, 4)} for r in plan.examples],
+        top_score=plan.top_score,
+        model=model or plan.model or Call.Source.MEMORY,
+        retrieval_ms=round(plan.retrieval_ms),
+        upstream_ms=None if upstream_ms is None else round(upstream_ms),
+        total_ms=round(total_ms),
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+    )

@@ -1,0 +1,393 @@
+"""The OpenAI-compatible endpoint: `POST /v1/chat/completions` (plain and streamed) and
+`GET /v1/models`, in the gateway process.
+
+One event loop per process: upstream calls wait side by side in it, while the database and
+retrieval, which block, run in a thread pool of their own. Errors take OpenAI's shape, so a
+caller's client raises its usual exceptions."""
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_not_required
+from django.core.exceptions import RequestDataTooBig
+from django.db import close_old_connections
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+from pydantic import ValidationError
+
+from icrlhf.accounts.ratelimit import attempt_allowed, client_ip, seconds_left_in_window
+from icrlhf.gateway import services
+from icrlhf.gateway.models import Call
+from icrlhf.gateway.schemas import ChatRequest
+from icrlhf.ingest.models import IntegrationToken
+from icrlhf.ingest.services import token_authenticate
+from icrlhf.integrations import llm
+
+logger = logging.getLogger(__name__)
+
+_threads = ThreadPoolExecutor(max_workers=settings.GATEWAY_THREADS, thread_name_prefix="gateway")
+
+
+async def _blocking[T](work: Callable[[], T]) -> T:
+    def run() -> T:
+        close_old_connections()  # a pool thread keeps its connection: drop it if it went bad
+        return work()
+
+    return await asyncio.get_running_loop().run_in_executor(_threads, run)
+
+
+def _logged(work: Callable[[], Any]) -> Callable[[], None]:
+    """For work nobody awaits (a stream's log row): its failure goes to the log."""
+
+    def run() -> None:
+        close_old_connections()
+        try:
+            work()
+        except Exception:
+            logger.exception("A gateway call could not be logged")
+
+    return run
+
+
+def _error(
+    status: int,
+    message: str,
+    *,
+    kind: str = "invalid_request_error",
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JsonResponse:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return JsonResponse(body, status=status, headers=headers)
+
+
+def _authenticate(request: HttpRequest) -> IntegrationToken | JsonResponse:
+    scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
+    record = token_authenticate(token=raw.strip()) if scheme.lower() == "bearer" else None
+    if record is None:
+        # Someone guessing tokens is limited per address, like the API's callers.
+        if not attempt_allowed(
+            "api-auth-failure", client_ip(request), per_minute=settings.API_REQUESTS_PER_MINUTE
+        ):
+            return _too_many("Too many failed authentications from this address.")
+        return _error(
+            401,
+            "Send a queue's integration token: `Authorization: Bearer icr_…`.",
+            code="invalid_api_key",
+        )
+    if not attempt_allowed(
+        "gateway-token", str(record.pk), per_minute=settings.GATEWAY_REQUESTS_PER_MINUTE
+    ):
+        return _too_many(
+            f"This token made more than {settings.GATEWAY_REQUESTS_PER_MINUTE} calls this "
+            "minute (GATEWAY_REQUESTS_PER_MINUTE)."
+        )
+    return record
+
+
+def _too_many(message: str) -> JsonResponse:
+    return _error(
+        429,
+        message,
+        kind="requests",
+        code="rate_limit_exceeded",
+        headers={"Retry-After": str(seconds_left_in_window())},
+    )
+
+
+def _first_problem(error: ValidationError) -> tuple[str, str | None]:
+    problem = error.errors()[0]
+    where = ".".join(str(part) for part in problem["loc"])
+    message = str(problem["msg"]).removeprefix("Value error, ")
+    return (f"{where}: {message}" if where else message), (where or None)
+
+
+def _headers(call_id: uuid.UUID, plan: services.Plan) -> dict[str, str]:
+    """What shaped the answer, for the caller to log beside it."""
+    return {
+        "X-Icrlhf-Call": str(call_id),
+        "X-Icrlhf-Source": plan.source,
+        "X-Icrlhf-Memory": plan.memory,
+        "X-Icrlhf-Examples": ",".join(f"{r.example.pk}:{r.score:.4f}" for r in plan.examples),
+    }
+
+
+def _timing(**durations_ms: float | None) -> str:
+    return ", ".join(f"{name};dur={ms:.1f}" for name, ms in durations_ms.items() if ms is not None)
+
+
+def _since(started: float) -> float:
+    return (time.monotonic() - started) * 1000
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+@login_not_required  # bearer tokens, not sessions
+@csrf_exempt
+async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    started = time.monotonic()
+    if request.method != "POST":
+        return _error(405, "Use POST.", headers={"Allow": "POST"})
+    declared = str(request.META.get("CONTENT_LENGTH") or "0")
+    if not declared.isdigit() or int(declared) > settings.GATEWAY_MAX_REQUEST_BYTES:
+        return _too_large()
+    authenticated = await _blocking(lambda: _authenticate(request))
+    if isinstance(authenticated, JsonResponse):
+        return authenticated
+    token = authenticated
+    try:
+        chat = ChatRequest.model_validate(json.loads(request.body))
+    except RequestDataTooBig:
+        return _too_large()
+    except (ValueError, UnicodeDecodeError) as error:  # ValidationError is a ValueError
+        if isinstance(error, ValidationError):
+            message, param = _first_problem(error)
+            return _error(400, message, param=param)
+        return _error(400, "The request body is not valid JSON.")
+    queue = token.queue
+    if chat.model != queue.slug:
+        return _error(
+            404,
+            f"The model `{chat.model}` does not exist for this token: use its queue's slug, "
+            f"`{queue.slug}`.",
+            param="model",
+            code="model_not_found",
+        )
+    plan = await _blocking(lambda: services.call_plan(queue=queue, request=chat))
+    call = _Call(id=uuid.uuid4(), plan=plan, token=token, started=started, stream=chat.stream)
+    if chat.stream:
+        include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
+        return await _streamed(call, include_usage=include_usage)
+    return await _answered(call)
+
+
+def _too_large() -> JsonResponse:
+    return _error(
+        413,
+        f"The request is larger than {settings.GATEWAY_MAX_REQUEST_BYTES} bytes "
+        "(GATEWAY_MAX_REQUEST_BYTES).",
+        code="request_too_large",
+    )
+
+
+class _Call:
+    """One call in flight: its plan, and its log row once it is answered."""
+
+    def __init__(
+        self,
+        *,
+        id: uuid.UUID,
+        plan: services.Plan,
+        token: IntegrationToken,
+        started: float,
+        stream: bool,
+    ) -> None:
+        self.id, self.plan, self.token, self.started, self.stream = id, plan, token, started, stream
+        self.created = int(time.time())
+
+    def record(self, **outcome: Any) -> Callable[[], Any]:
+        return lambda: services.call_record(
+            call_id=self.id, plan=self.plan, token=self.token, stream=self.stream, **outcome
+        )
+
+    def chunk(self, delta: dict[str, str], finish_reason: str | None = None) -> str:
+        body = {
+            "id": f"chatcmpl-{self.id.hex}",
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.plan.queue.slug,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+        return _event(body)
+
+
+def _event(body: dict[str, Any] | str) -> str:
+    return f"data: {body if isinstance(body, str) else json.dumps(body)}\n\n"
+
+
+async def _answered(call: _Call) -> HttpResponse:
+    plan = call.plan
+    headers = _headers(call.id, plan)
+    upstream_started = time.monotonic()
+    if plan.memory_answer is not None:
+        text, finish_reason, usage, upstream_ms = plan.memory_answer, "stop", _usage(0, 0), None
+        model: str = Call.Source.MEMORY
+    else:
+        try:
+            completion = await llm.acomplete(
+                messages=plan.messages, model=plan.model, params=plan.params, api_base=plan.api_base
+            )
+        except llm.LLMError as error:
+            total_ms = _since(call.started)
+            await _blocking(
+                call.record(
+                    answer_text="", total_ms=total_ms, status_code=error.status, error=str(error)
+                )
+            )
+            return _error(error.status, str(error), kind="upstream_error", headers=headers)
+        upstream_ms = _since(upstream_started)
+        text, finish_reason, model = completion.text, completion.finish_reason, completion.model
+        usage = _usage(completion.prompt_tokens, completion.completion_tokens)
+    total_ms = _since(call.started)
+    headers["Server-Timing"] = _timing(
+        retrieval=plan.retrieval_ms, upstream=upstream_ms, total=total_ms
+    )
+    await _blocking(
+        call.record(
+            answer_text=text,
+            total_ms=total_ms,
+            upstream_ms=upstream_ms,
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            model=model,
+        )
+    )
+    body = {
+        "id": f"chatcmpl-{call.id.hex}",
+        "object": "chat.completion",
+        "created": call.created,
+        "model": plan.queue.slug,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": finish_reason,
+            }
+        ],
+        "usage": usage,
+    }
+    return JsonResponse(body, headers=headers)
+
+
+async def _memory_pieces(text: str) -> AsyncIterator[str]:
+    yield text
+
+
+async def _streamed(call: _Call, *, include_usage: bool) -> HttpResponse | StreamingHttpResponse:
+    plan = call.plan
+    headers = _headers(call.id, plan)
+    headers["Server-Timing"] = _timing(retrieval=plan.retrieval_ms)
+    upstream_started = time.monotonic()
+    stream: llm.Stream | None = None
+    if plan.memory_answer is None:
+        try:
+            # Started here, so that a refused or failing upstream is still a proper status.
+            stream = await llm.astream(
+                messages=plan.messages, model=plan.model, params=plan.params, api_base=plan.api_base
+            )
+        except llm.LLMError as error:
+            total_ms = _since(call.started)
+            await _blocking(
+                call.record(
+                    answer_text="", total_ms=total_ms, status_code=error.status, error=str(error)
+                )
+            )
+            return _error(error.status, str(error), kind="upstream_error", headers=headers)
+
+    async def events() -> AsyncIterator[str]:
+        pieces = _memory_pieces(plan.memory_answer or "") if stream is None else aiter(stream)
+        text, error, status = "", "", 200
+        yield call.chunk({"role": "assistant", "content": ""})
+        try:
+            async for piece in pieces:
+                text += piece
+                yield call.chunk({"content": piece})
+            finish_reason = "stop" if stream is None else stream.finish_reason
+            yield call.chunk({}, finish_reason=finish_reason)
+            if include_usage:
+                prompt, completion = (
+                    (0, 0)
+                    if stream is None
+                    else (
+                        stream.prompt_tokens,
+                        stream.completion_tokens,
+                    )
+                )
+                yield _event(
+                    {
+                        "id": f"chatcmpl-{call.id.hex}",
+                        "object": "chat.completion.chunk",
+                        "created": call.created,
+                        "model": plan.queue.slug,
+                        "choices": [],
+                        "usage": _usage(prompt, completion),
+                    }
+                )
+            yield _event("[DONE]")
+        except llm.LLMError as failure:
+            # The status line has gone: OpenAI's clients read an error event mid-stream.
+            error, status = str(failure), failure.status
+            yield _event(
+                {"error": {"message": error, "type": "upstream_error", "param": None, "code": None}}
+            )
+        except (asyncio.CancelledError, GeneratorExit):
+            error, status = "The caller hung up before the answer ended.", 499
+            raise
+        finally:
+            # Not awaited: a caller who hangs up cancels this generator, and the row must still
+            # be written.
+            outcome = call.record(
+                answer_text=text,
+                total_ms=_since(call.started),
+                upstream_ms=None if stream is None else _since(upstream_started),
+                prompt_tokens=0 if stream is None else stream.prompt_tokens,
+                completion_tokens=0 if stream is None else stream.completion_tokens,
+                model=Call.Source.MEMORY if stream is None else plan.model,
+                status_code=status,
+                error=error,
+            )
+            _threads.submit(_logged(outcome))
+
+    response = StreamingHttpResponse(events(), content_type="text/event-stream", headers=headers)
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # a proxy in front must not hold the events back
+    return response
+
+
+@login_not_required
+async def models(request: HttpRequest, model: str | None = None) -> HttpResponse:
+    """The models a token may call: its queue, named by its slug."""
+    if request.method != "GET":
+        return _error(405, "Use GET.", headers={"Allow": "GET"})
+    authenticated = await _blocking(lambda: _authenticate(request))
+    if isinstance(authenticated, JsonResponse):
+        return authenticated
+    queue = authenticated.queue
+    entry = {
+        "id": queue.slug,
+        "object": "model",
+        "created": int(queue.created_at.timestamp()),
+        "owned_by": "icrlhf",
+    }
+    if model is None:
+        return JsonResponse({"object": "list", "data": [entry]})
+    if model != queue.slug:
+        return _error(404, f"The model `{model}` does not exist.", code="model_not_found")
+    return JsonResponse(entry)
+
+
+@login_not_required
+async def health(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok", content_type="text/plain")
+
+
+def not_found(request: HttpRequest, exception: Exception) -> JsonResponse:
+    return _error(404, f"No such endpoint: {request.path}. The API is under /v1/.")
+
+
+def server_error(request: HttpRequest) -> JsonResponse:
+    return _error(500, "The gateway failed on this call; it is logged.", kind="server_error")
