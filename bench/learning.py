@@ -2,7 +2,6 @@
 simulated reviewer's comparison, statistics and the chart."""
 
 import csv
-import math
 import random
 import re
 from dataclasses import dataclass
@@ -10,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from icrlhf.insights.charts import Series, line_chart
+from icrlhf.insights.stats import two_proportion_p, wilson
 
 
 @dataclass(frozen=True)
@@ -41,27 +41,6 @@ def label_of(answer: str, labels: list[str]) -> str:
     if "_".join(words) in by_form:
         return by_form["_".join(words)]
     return next((by_form[word] for word in words if word in by_form), "")
-
-
-def wilson(successes: int, total: int, z: float = 1.96) -> tuple[float, float]:
-    if total == 0:
-        return (0.0, 0.0)
-    p = successes / total
-    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
-def two_proportion_p(a: int, n_a: int, b: int, n_b: int) -> float:
-    """Two-sided p-value that two rates differ (pooled z-test)."""
-    if n_a == 0 or n_b == 0:
-        return 1.0
-    pooled = (a + b) / (n_a + n_b)
-    se = math.sqrt(pooled * (1 - pooled) * (1 / n_a + 1 / n_b))
-    if se == 0:
-        return 1.0 if a / n_a == b / n_b else 0.0
-    z = abs(a / n_a - b / n_b) / se
-    return math.erfc(z / math.sqrt(2))
 
 
 # (key, name, colour): every rate the benchmark measures at each number of stored decisions.

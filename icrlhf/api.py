@@ -11,7 +11,7 @@ from ninja.errors import Throttled
 from ninja.errors import ValidationError as NinjaValidationError
 
 from icrlhf.export.api import router as export_router
-from icrlhf.ingest.api import TicketLimitReached
+from icrlhf.ingest.api import CreationLimitReached, items_router
 from icrlhf.ingest.api import router as tickets_router
 from icrlhf.ingest.auth import TokenAuth
 
@@ -38,7 +38,8 @@ _WAY_BACK = (
 api = NinjaAPI(
     title="icrlhf API",
     version="1",
-    description="Send tickets in; read their triage. Authenticate with `Authorization: "
+    description="Send items (any queue) or tickets (triage queues) in; read their candidates, "
+    "decision and triage. Authenticate with `Authorization: "
     "Bearer <token>` (a token belongs to one queue; staff create them in the admin).",
     auth=TokenAuth(),
     urls_namespace="api",
@@ -60,8 +61,8 @@ def throttled(request: HttpRequest, error: Throttled) -> HttpResponse:
     return _too_many(request, f"Too many requests; retry in {wait} s.", wait)
 
 
-@api.exception_handler(TicketLimitReached)
-def ticket_limit_reached(request: HttpRequest, error: TicketLimitReached) -> HttpResponse:
+@api.exception_handler(CreationLimitReached)
+def creation_limit_reached(request: HttpRequest, error: CreationLimitReached) -> HttpResponse:
     return _too_many(request, str(error), error.wait)
 
 
@@ -87,6 +88,7 @@ def _field_path(location: Any) -> str:
     return ".".join(parts) or "body"
 
 
+api.add_router("/", items_router)
 api.add_router("/", tickets_router)
 api.add_router("/", export_router)
 

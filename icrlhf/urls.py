@@ -13,6 +13,7 @@ urlpatterns = [
     path("", include("icrlhf.ingest.urls")),
     path("", include("icrlhf.export.urls")),
     path("", include("icrlhf.insights.urls")),
+    path("", include("icrlhf.gateway.routing_urls")),
     path("", include("icrlhf.review.urls")),
     # Login, logout and password change only: no self-service reset by e-mail (an admin
     # resets passwords; a self-hosted install may have no mail server).

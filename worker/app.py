@@ -28,6 +28,11 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
         name="re-enqueue generations a dead worker or a lost message left behind",
     )
     sender.add_periodic_task(
+        settings.GENERATION_SWEEP_INTERVAL_S,
+        sender.signature("gateway.captures_sweep"),
+        name="make the review items of gateway calls whose capture was lost",
+    )
+    sender.add_periodic_task(
         settings.MEMORY_SWEEP_INTERVAL_S,
         sender.signature("memory.examples_sweep"),
         name="re-index examples still pending or failed",

@@ -4,7 +4,7 @@ from django.db import models
 from django.utils import timezone
 
 from icrlhf.ingest.models import IntegrationToken
-from icrlhf.queues.models import Queue
+from icrlhf.queues.models import Item, Queue
 
 
 class Call(models.Model):
@@ -19,6 +19,12 @@ class Call(models.Model):
         USED = "used", "examples retrieved"
         EMPTY = "empty", "nothing similar stored"
         UNAVAILABLE = "unavailable", "memory unavailable"
+
+    class Capture(models.TextChoices):
+        NONE = "", "not captured"
+        SAMPLED = "sampled", "sampled"
+        UNCOVERED = "uncovered", "not covered by memory"
+        DUPLICATE = "duplicate", "identical to a recent capture"
 
     # Chosen before the answer is sent, so the response headers can name the call.
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -41,10 +47,24 @@ class Call(models.Model):
     total_ms = models.PositiveIntegerField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
+    # Answered without memory to measure what memory is worth (the queue's holdout share).
+    holdout = models.BooleanField(default=False)
+    # Why it goes to review, and the review item it became (none yet: the sweeper retries).
+    capture = models.CharField(max_length=10, choices=Capture.choices, blank=True, default="")
+    item = models.ForeignKey(
+        Item, null=True, blank=True, on_delete=models.SET_NULL, related_name="calls"
+    )
 
     class Meta:
         ordering = ["-created_at", "-pk"]
-        indexes = [models.Index(fields=["queue", "created_at"])]
+        indexes = [
+            models.Index(fields=["queue", "created_at"]),
+            models.Index(
+                fields=["created_at"],
+                condition=models.Q(item__isnull=True) & ~models.Q(capture=""),
+                name="call_capture_pending",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"call {self.pk} to {self.queue} ({self.source})"

@@ -2,9 +2,10 @@
 the parameters sent upstream, and the log row. Blocking code: the views run it in threads."""
 
 import logging
+import random
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -35,6 +36,13 @@ class Plan:
     # In the prompt, most similar first; for a memory answer, the one example answering.
     examples: list[RetrievedExample]
     retrieval_ms: float
+    # The nearest preferred example's similarity, whether or not the answer used it.
+    top_score: float | None = None
+    # Answered without memory, to measure what memory is worth (the caller cannot tell).
+    holdout: bool = False
+    # Why this call goes to review (a Call.Capture value), decided before it is answered.
+    capture: str = ""
+    # A memory answer: the example it came from (not in the prompt: there is no prompt).
     memory_answer: str | None = None
     messages: list[dict[str, str]] = field(default_factory=list)
     model: str = ""
@@ -46,8 +54,10 @@ class Plan:
         return Call.Source.MODEL if self.memory_answer is None else Call.Source.MEMORY
 
     @property
-    def top_score(self) -> float | None:
-        return max((r.score for r in self.examples), default=None)
+    def served_memory(self) -> str:
+        """What the caller is told memory did: a held-out call looks like one memory could
+        not help, so that the caller cannot tell it apart."""
+        return Call.Memory.EMPTY if self.holdout else self.memory
 
 
 def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
@@ -56,7 +66,8 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
     the review flow's builder: the caller's system message (or the queue's) with the queue's
     instructions and guidelines, the examples as earlier turns, then the caller's turns."""
     request_text = request.messages[-1].text
-    threshold = queue.memory_answer_threshold
+    holdout = random.random() * 100 < queue.holdout_percent
+    threshold = None if holdout else queue.memory_answer_threshold
     started = time.monotonic()
     try:
         recall = examples_recall_anywhere(
@@ -72,17 +83,24 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         logger.warning("Gateway call to %s answered without memory: %s", queue.slug, error)
         recall, memory = Recall(examples=[], neighbours=[]), Call.Memory.UNAVAILABLE
     retrieval_ms = (time.monotonic() - started) * 1000
+    top_score = max((r.score for r in recall.examples + recall.neighbours), default=None)
+    retrieved = Plan(
+        queue=queue,
+        request_text=request_text,
+        memory=memory,
+        examples=[],
+        retrieval_ms=retrieval_ms,
+        top_score=top_score,
+        holdout=holdout,
+        capture=capture_reason(queue=queue, top_score=top_score),
+    )
 
     nearest = max(recall.neighbours, key=lambda r: r.score, default=None)
     if threshold is not None and nearest is not None and nearest.score >= threshold:
-        return Plan(
-            queue=queue,
-            request_text=request_text,
-            memory=memory,
-            examples=[nearest],
-            retrieval_ms=retrieval_ms,
-            memory_answer=nearest.example.output_text,
-        )
+        return replace(retrieved, examples=[nearest], memory_answer=nearest.example.output_text)
+    # A held-out call is retrieved for all the same (its coverage is measured alike), but
+    # nothing retrieved reaches its prompt.
+    in_prompt = [] if holdout else recall.examples
 
     system = "\n\n".join(
         m.text for m in request.messages if m.role in ("system", "developer") and m.text.strip()
@@ -97,9 +115,7 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         instructions=kind_of(queue).instructions(queue),
         guidelines=queue.guidelines,
         guidelines_version=queue.guidelines_version,
-        examples=[
-            PromptExample(r.example.input_text, r.example.output_text) for r in recall.examples
-        ],
+        examples=[PromptExample(r.example.input_text, r.example.output_text) for r in in_prompt],
         history=history,
         request=request_text,
     )
@@ -107,17 +123,25 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
     params = {"temperature": queue.temperature, "max_tokens": queue.max_tokens}
     params |= request.sampling()
     params["max_tokens"] = min(int(params["max_tokens"]), queue.max_tokens)
-    return Plan(
-        queue=queue,
-        request_text=request_text,
-        memory=memory,
-        examples=recall.examples,
-        retrieval_ms=retrieval_ms,
+    return replace(
+        retrieved,
+        examples=in_prompt,
         messages=messages,
         model=queue.model or settings.LLM_MODEL,
         api_base=queue.api_base,
         params=params,
     )
+
+
+def capture_reason(*, queue: Queue, top_score: float | None) -> str:
+    """Why a call goes to review: memory did not cover it (its nearest preferred example is
+    below the queue's coverage threshold, or there is none), or the random sample took it."""
+    coverage = queue.capture_below_similarity
+    if coverage is not None and (top_score is None or top_score < coverage):
+        return Call.Capture.UNCOVERED
+    if random.random() * 100 < queue.capture_percent:
+        return Call.Capture.SAMPLED
+    return Call.Capture.NONE
 
 
 def call_record(
@@ -154,4 +178,7 @@ def call_record(
         total_ms=round(total_ms),
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
+        holdout=plan.holdout,
+        # Only an answer the caller got whole is worth judging.
+        capture=plan.capture if status_code == 200 else Call.Capture.NONE,
     )

@@ -23,7 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from pydantic import ValidationError
 
 from icrlhf.accounts.ratelimit import attempt_allowed, client_ip, seconds_left_in_window
-from icrlhf.gateway import services
+from icrlhf.gateway import capture, services
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.ingest.models import IntegrationToken
@@ -44,16 +44,23 @@ async def _blocking[T](work: Callable[[], T]) -> T:
 
 
 def _logged(work: Callable[[], Any]) -> Callable[[], None]:
-    """For work nobody awaits (a stream's log row): its failure goes to the log."""
+    """For work nobody awaits (a stream's log row, a capture): its failure goes to the log."""
 
     def run() -> None:
         close_old_connections()
         try:
             work()
         except Exception:
-            logger.exception("A gateway call could not be logged")
+            logger.exception("A gateway call could not be logged or captured")
 
     return run
+
+
+def _captured(call: Call) -> None:
+    """Send the call to review if it was chosen for it: after its answer, on a thread nobody
+    waits for, so that capturing never delays or fails a response."""
+    if call.capture in capture.CAPTURING:
+        _threads.submit(_logged(lambda: capture.call_capture(call_id=call.pk)))
 
 
 def _error(
@@ -115,7 +122,7 @@ def _headers(call_id: uuid.UUID, plan: services.Plan) -> dict[str, str]:
     return {
         "X-Icrlhf-Call": str(call_id),
         "X-Icrlhf-Source": plan.source,
-        "X-Icrlhf-Memory": plan.memory,
+        "X-Icrlhf-Memory": plan.served_memory,
         "X-Icrlhf-Examples": ",".join(f"{r.example.pk}:{r.score:.4f}" for r in plan.examples),
     }
 
@@ -199,7 +206,7 @@ class _Call:
         self.id, self.plan, self.token, self.started, self.stream = id, plan, token, started, stream
         self.created = int(time.time())
 
-    def record(self, **outcome: Any) -> Callable[[], Any]:
+    def record(self, **outcome: Any) -> Callable[[], Call]:
         return lambda: services.call_record(
             call_id=self.id, plan=self.plan, token=self.token, stream=self.stream, **outcome
         )
@@ -246,7 +253,7 @@ async def _answered(call: _Call) -> HttpResponse:
     headers["Server-Timing"] = _timing(
         retrieval=plan.retrieval_ms, upstream=upstream_ms, total=total_ms
     )
-    await _blocking(
+    recorded = await _blocking(
         call.record(
             answer_text=text,
             total_ms=total_ms,
@@ -256,6 +263,7 @@ async def _answered(call: _Call) -> HttpResponse:
             model=model,
         )
     )
+    _captured(recorded)
     body = {
         "id": f"chatcmpl-{call.id.hex}",
         "object": "chat.completion",
@@ -350,7 +358,7 @@ async def _streamed(call: _Call, *, include_usage: bool) -> HttpResponse | Strea
                 status_code=status,
                 error=error,
             )
-            _threads.submit(_logged(outcome))
+            _threads.submit(_logged(lambda: _captured(outcome())))
 
     response = StreamingHttpResponse(events(), content_type="text/event-stream", headers=headers)
     response["Cache-Control"] = "no-cache"

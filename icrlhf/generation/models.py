@@ -59,6 +59,8 @@ class Candidate(models.Model):
     source_example = models.ForeignKey(
         "memory.Example", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # A captured gateway call: this candidate is exactly the answer the application got.
+    served = models.BooleanField(default=False)
     text = models.TextField(blank=True)
     # Triage: the category, priority and reply parsed out of `text`, or why they could not be.
     fields = models.JSONField(null=True, blank=True)

@@ -112,7 +112,16 @@ def generation_prepare(*, generation_id: int) -> list[int]:
         )
         pending = list(generation.candidates.filter(status=Candidate.Status.PENDING).order_by("pk"))
         answered = _memory_candidates_fill(
-            pending=pending, neighbours=recall.neighbours, queue=queue
+            pending=pending,
+            neighbours=recall.neighbours,
+            queue=queue,
+            # An answer already among the candidates (one served to an application).
+            present={
+                text.strip()
+                for text in generation.candidates.filter(status=Candidate.Status.DONE).values_list(
+                    "text", flat=True
+                )
+            },
         )
         candidate_ids = [c.pk for c in pending[answered:]]
         priority = fair_priority(generation_id=generation_id, queue_id=queue.pk)
@@ -133,12 +142,13 @@ def _memory_candidates_fill(
     pending: list[Candidate],
     neighbours: list[memory_selectors.RetrievedExample],
     queue: Queue,
+    present: set[str],
 ) -> int:
     """Offer the preferred answers of the closest stored examples as the first candidates:
     an answer reviewers already accepted for a near-identical request is often the right
     one, and it costs no LLM call. Distinct answers only, nearest first."""
     offers: list[memory_selectors.RetrievedExample] = []
-    seen: set[str] = set()
+    seen = set(present)
     for hit in neighbours:
         text = hit.example.output_text.strip()
         if hit.score < queue.memory_min_similarity or text in seen:

@@ -2,18 +2,36 @@
 regenerate an item, retry a candidate. The worker's side is `pipeline.py`."""
 
 import random
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from icrlhf.generation import selectors, tasks
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.pipeline import fair_priority
+from icrlhf.kinds import kind_of
+from icrlhf.memory.models import Example
 from icrlhf.queues import services as queue_services
 from icrlhf.queues.models import Item, Queue
+
+
+@dataclass(frozen=True)
+class Served:
+    """An answer an application already got (a captured gateway call): it becomes one of the
+    item's candidates as it was, and the worker generates the others."""
+
+    text: str
+    model: str
+    example_id: uuid.UUID | None = None  # answered from memory: the example it came from
+    latency_ms: int | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
 
 
 @transaction.atomic
@@ -24,12 +42,14 @@ def item_create(
     created_by: User | None,
     n_candidates: int | None = None,
     source: str = Item.Source.UI,
-    **ticket_fields: Any,
+    served: Served | None = None,
+    **item_fields: Any,
 ) -> Item:
     """Create an item and start its first generation (enqueued once the transaction commits).
 
-    `ticket_fields` are Item's ticket columns (subject, body, customer, channel, priority,
-    sla_due_at, external_id, category), already validated by the caller."""
+    `item_fields` are Item's other columns (the ticket's subject, body, customer, channel,
+    priority, sla_due_at, category; external_id, metadata), already validated by the
+    caller."""
     text = queue_services.item_input_validate(input_text=input_text)
     count = queue_services.candidate_count_validate(
         n_candidates=queue.n_candidates if n_candidates is None else n_candidates
@@ -40,15 +60,16 @@ def item_create(
         source=source,
         created_by=created_by,
         status=Item.Status.GENERATING,
-        **ticket_fields,
+        **item_fields,
     )
-    generation_start(item=item, n_candidates=count)
+    generation_start(item=item, n_candidates=count, served=served)
     return item
 
 
 @transaction.atomic
-def generation_start(*, item: Item, n_candidates: int) -> Generation:
-    """Create a generation and its N pending candidates; prepare it once this commits."""
+def generation_start(*, item: Item, n_candidates: int, served: Served | None = None) -> Generation:
+    """Create a generation and its N pending candidates, one of them the answer already
+    `served` if there is one; prepare it once this commits."""
     queue = item.queue
     generation = Generation.objects.create(
         item=item,
@@ -58,9 +79,12 @@ def generation_start(*, item: Item, n_candidates: int) -> Generation:
         n_candidates=n_candidates,
     )
     positions = random.sample(range(n_candidates), n_candidates)
-    Candidate.objects.bulk_create(
+    candidates = Candidate.objects.bulk_create(
         Candidate(generation=generation, position=position) for position in positions
     )
+    if served is not None:
+        # At a random position like the others: reviewers judge it blind.
+        _served_fill(candidates[0], served=served, queue=queue)
     # robust: with the broker down the item is still saved; the sweeper enqueues it later.
     priority = fair_priority(generation_id=generation.pk, queue_id=queue.pk)
     transaction.on_commit(
@@ -68,6 +92,29 @@ def generation_start(*, item: Item, n_candidates: int) -> Generation:
         robust=True,
     )
     return generation
+
+
+def _served_fill(candidate: Candidate, *, served: Served, queue: Queue) -> None:
+    parsed = kind_of(queue).parse(served.text, queue)
+    example_id = served.example_id
+    if example_id is not None and not Example.objects.filter(pk=example_id).exists():
+        example_id = None  # deleted since it answered
+    now = timezone.now()
+    Candidate.objects.filter(pk=candidate.pk).update(
+        status=Candidate.Status.DONE,
+        served=True,
+        source=Candidate.Source.LLM if example_id is None else Candidate.Source.MEMORY,
+        source_example_id=example_id,
+        text=served.text,
+        fields=parsed.fields,
+        parse_error=parsed.error,
+        model=served.model,
+        latency_ms=served.latency_ms,
+        prompt_tokens=served.prompt_tokens,
+        completion_tokens=served.completion_tokens,
+        started_at=now,
+        finished_at=now,
+    )
 
 
 @transaction.atomic

@@ -1,37 +1,53 @@
-"""The tickets' API: send tickets in (one or a batch), read their triage. Mounted by
+"""The items API (any queue) and the tickets' API (triage queues): send them in, one or a
+batch, idempotent on your external id; read their candidates and decision. Mounted by
 icrlhf/api.py."""
 
 import logging
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.http import HttpRequest
 from ninja import Router, Status
 
 from icrlhf.accounts.ratelimit import attempt_allowed, seconds_left_in_window
+from icrlhf.generation.services import item_create
 from icrlhf.ingest.auth import token_of
 from icrlhf.ingest.models import IntegrationToken
-from icrlhf.ingest.schemas import BatchIn, ErrorOut, TicketIn, TicketOut
-from icrlhf.queues.models import Item
+from icrlhf.ingest.schemas import (
+    BatchIn,
+    CandidateOut,
+    DecisionOut,
+    ErrorOut,
+    ItemBatchIn,
+    ItemIn,
+    ItemOut,
+    TicketIn,
+    TicketOut,
+)
+from icrlhf.kinds import kind_of
+from icrlhf.queues.models import Item, Queue
+from icrlhf.review.selectors import item_outcome
 from icrlhf.triage.services import ticket_create
 
 logger = logging.getLogger(__name__)
 router = Router(tags=["tickets"])
+items_router = Router(tags=["items"])
 
 
-class TicketLimitReached(Exception):
-    def __init__(self, limit: int, wait: int) -> None:
-        super().__init__(f"This token may create {limit:,} tickets a minute; retry in {wait} s.")
+class CreationLimitReached(Exception):
+    def __init__(self, limit: int, wait: int, noun: str) -> None:
+        super().__init__(f"This token may create {limit:,} {noun} a minute; retry in {wait} s.")
         self.wait = wait
 
 
-def _creation_check(token: IntegrationToken, count: int) -> None:
-    """The token's ticket limit (a batch counts each ticket): one integration's flood is
-    refused with a clear 429, whole batches only, so nothing is half saved."""
+def _creation_check(token: IntegrationToken, count: int, noun: str = "tickets") -> None:
+    """The token's creation limit, items and tickets together (a batch counts each one): one
+    integration's flood is refused with a clear 429, whole batches only, so nothing is half
+    saved."""
     limit = settings.TICKETS_PER_MINUTE_PER_TOKEN
     if not attempt_allowed("api-token-tickets", str(token.pk), per_minute=limit, cost=count):
-        raise TicketLimitReached(limit, seconds_left_in_window())
+        raise CreationLimitReached(limit, seconds_left_in_window(), noun)
 
 
 def _out(item: Item, *, created: bool) -> TicketOut:
@@ -130,3 +146,134 @@ def ticket_get(request: HttpRequest, ticket_id: int) -> Status[object]:
     if item is None:
         return Status(404, {"detail": "No such ticket in this token's queue.", "errors": []})
     return Status(200, _out(item, created=False))
+
+
+def _item_create(queue: Queue, item: ItemIn) -> tuple[Item, bool]:
+    """Any kind of queue: a triage queue files the input as a ticket (first line: subject)."""
+    if queue.kind == Queue.Kind.TRIAGE:
+        subject, _, rest = item.input.strip().partition("\n")
+        return ticket_create(
+            queue=queue,
+            source=Item.Source.API,
+            subject=subject.strip()[:500],
+            body=rest.strip() or item.input,
+            external_id=item.external_id,
+            metadata=item.metadata,
+        )
+    if item.external_id:
+        existing = Item.objects.filter(queue=queue, external_id=item.external_id).first()
+        if existing is not None:
+            return existing, False
+    try:
+        with transaction.atomic():
+            created = item_create(
+                queue=queue,
+                input_text=item.input,
+                created_by=None,
+                source=Item.Source.API,
+                external_id=item.external_id,
+                metadata=item.metadata,
+            )
+    except IntegrityError:  # the same external id, sent twice at the same moment
+        return Item.objects.get(queue=queue, external_id=item.external_id), False
+    return created, True
+
+
+def _item_out(item: Item, *, created: bool) -> ItemOut:
+    outcome = item_outcome(item=item)
+    decision = outcome.decision
+    return ItemOut(
+        id=item.pk,
+        external_id=item.external_id,
+        source=item.source,
+        status=item.status,
+        input=item.input_text,
+        metadata=item.metadata,
+        created_at=item.created_at,
+        candidates=[
+            CandidateOut(
+                id=c.pk,
+                label=c.label,
+                status=c.status,
+                source=c.source,
+                served=c.served,
+                text=c.text,
+                fields=c.fields,
+            )
+            for c in outcome.candidates
+        ],
+        decision=None
+        if decision is None
+        else DecisionOut(
+            verdict=decision.verdict,
+            candidate_id=decision.chosen_candidate_id,
+            final_fields=decision.final_fields,
+            decided_at=decision.created_at,
+        ),
+        final_text=None
+        if decision is None or decision.verdict == decision.Verdict.NONE_ACCEPTABLE
+        else kind_of(item.queue).example_text(
+            text=decision.final_text, fields=decision.final_fields
+        ),
+        created=created,
+    )
+
+
+@items_router.post(
+    "/items",
+    response={201: ItemOut, 200: ItemOut, 415: ErrorOut, 422: ErrorOut, 429: ErrorOut},
+    summary="Create an item in the token's queue (idempotent on external_id)",
+)
+def item_post(request: HttpRequest, payload: ItemIn) -> Status[object]:
+    token = token_of(request)
+    if (wrong_type := _not_json(request)) is not None:
+        return wrong_type
+    _creation_check(token, 1, "items")
+    try:
+        item, created = _item_create(token.queue, payload)
+    except DjangoValidationError as error:
+        return Status(422, {"detail": " ".join(error.messages), "errors": []})
+    return Status(201 if created else 200, _item_out(item, created=created))
+
+
+@items_router.post(
+    "/items/batch",
+    response={201: list[ItemOut], 415: ErrorOut, 422: ErrorOut, 429: ErrorOut},
+    summary="Create up to 100 items: all or none",
+)
+def items_batch(request: HttpRequest, payload: ItemBatchIn) -> Status[object]:
+    token = token_of(request)
+    if (wrong_type := _not_json(request)) is not None:
+        return wrong_type
+    _creation_check(token, len(payload.items), "items")
+    results: list[ItemOut] = []
+    try:
+        with transaction.atomic():
+            for index, entry in enumerate(payload.items):
+                try:
+                    item, created = _item_create(token.queue, entry)
+                except DjangoValidationError as error:
+                    raise _BatchRefused(index, " ".join(error.messages)) from error
+                results.append(_item_out(item, created=created))
+    except _BatchRefused as refused:
+        return Status(
+            422,
+            {
+                "detail": "The batch is invalid; nothing was saved.",
+                "errors": [{"field": f"items.{refused.index}", "message": refused.message}],
+            },
+        )
+    return Status(201, results)
+
+
+@items_router.get(
+    "/items/{item_id}",
+    response={200: ItemOut, 404: ErrorOut},
+    summary="Read an item: its status, candidates, decision and final text",
+)
+def item_get(request: HttpRequest, item_id: int) -> Status[object]:
+    token = token_of(request)
+    item = Item.objects.select_related("queue").filter(queue=token.queue, pk=item_id).first()
+    if item is None:
+        return Status(404, {"detail": "No such item in this token's queue.", "errors": []})
+    return Status(200, _item_out(item, created=False))

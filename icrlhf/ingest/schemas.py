@@ -1,7 +1,8 @@
 """The shape of an incoming ticket, shared by the API and the file import."""
 
+import json
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from django.conf import settings
 from ninja import Field, Schema
@@ -73,3 +74,82 @@ class BatchIn(Schema):
 class ErrorOut(Schema):
     detail: str
     errors: list[dict[str, str]] = []
+
+
+# Metadata is the sender's own: stored and returned as sent, within this size.
+MAX_METADATA_CHARS = 10_000
+
+
+class ItemIn(Schema):
+    input: str = Field(
+        ...,
+        min_length=1,
+        max_length=settings.ITEM_INPUT_MAX_CHARS,
+        description="The prompt or message to answer. In a triage queue its first line is the "
+        "ticket's subject.",
+    )
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description="Your own fields, returned as sent (and in webhooks)."
+    )
+    external_id: str = Field(
+        "", max_length=200, description="Your id for it; sending it again is idempotent."
+    )
+
+    @field_validator("input", "external_id")
+    @classmethod
+    def no_nul(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("must not contain NUL (0x00) characters")
+        return value
+
+    @field_validator("input")
+    @classmethod
+    def not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def small_and_storable(cls, value: dict[str, Any]) -> dict[str, Any]:
+        text = json.dumps(value)
+        if len(text) > MAX_METADATA_CHARS:
+            raise ValueError(f"is larger than {MAX_METADATA_CHARS:,} characters as JSON")
+        if "\\u0000" in text:  # PostgreSQL cannot store NUL in JSON either
+            raise ValueError("must not contain NUL (0x00) characters")
+        return value
+
+
+class ItemBatchIn(Schema):
+    items: list[ItemIn] = Field(..., min_length=1, max_length=MAX_BATCH)
+
+
+class CandidateOut(Schema):
+    id: int
+    label: int = Field(..., description="Its number on the review page.")
+    status: str = Field(..., description="pending, running, done or failed.")
+    source: str = Field(..., description="llm or memory.")
+    served: bool = Field(..., description="The answer an application got (a captured call).")
+    text: str
+    fields: dict[str, str] | None
+
+
+class DecisionOut(Schema):
+    verdict: str = Field(..., description="chosen, edited or none_acceptable.")
+    candidate_id: int | None
+    final_fields: dict[str, str] | None
+    decided_at: datetime
+
+
+class ItemOut(Schema):
+    id: int
+    external_id: str
+    source: str
+    status: str = Field(..., description="generating, ready, decided or failed.")
+    input: str
+    metadata: dict[str, Any]
+    created_at: datetime
+    candidates: list[CandidateOut] = Field(..., description="Of its latest generation.")
+    decision: DecisionOut | None = Field(..., description="The first standing decision.")
+    final_text: str | None = Field(..., description="What reviewers settled on, once decided.")
+    created: bool = Field(False, description="False when the external id was already known.")

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from icrlhf.gateway.models import Call
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.insights.stats import two_proportion_p, wilson
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 from icrlhf.review.models import Decision
@@ -94,6 +95,45 @@ class Serving:
     by_day: list[ServingDay]
 
 
+@dataclass
+class Arm:
+    """Reviewed captured calls of one arm: how often reviewers took what was served as is."""
+
+    reviewed: int = 0
+    accepted: int = 0
+
+    @property
+    def rate(self) -> float | None:
+        return self.accepted / self.reviewed if self.reviewed else None
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return wilson(self.accepted, self.reviewed) if self.reviewed else None
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """What memory is worth on the queue's own traffic: served answers shaped by memory
+    against the held-out ones answered without it, as reviewers judged them."""
+
+    with_memory: Arm
+    without_memory: Arm
+    # Per day (the dashboard's days): (with memory, without).
+    by_day: list[tuple[Arm, Arm]]
+
+    @property
+    def difference(self) -> float | None:
+        a, b = self.with_memory.rate, self.without_memory.rate
+        return None if a is None or b is None else a - b
+
+    @property
+    def p_value(self) -> float | None:
+        a, b = self.with_memory, self.without_memory
+        if not a.reviewed or not b.reviewed:
+            return None
+        return two_proportion_p(a.accepted, a.reviewed, b.accepted, b.reviewed)
+
+
 @dataclass(frozen=True)
 class Dashboard:
     days: list[date]
@@ -103,6 +143,7 @@ class Dashboard:
     memory: Memory
     retrieval: Retrieval
     serving: Serving
+    holdout: Holdout
 
 
 def _decisions(queue: Queue, days: list[date]) -> tuple[Window, list[Window], list[Window]]:
@@ -235,6 +276,34 @@ def _p95(values: list[float]) -> float | None:
     return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
 
 
+def _holdout(queue: Queue, days: list[date]) -> Holdout:
+    """Each reviewed captured call, judged once (its item's first standing decision):
+    accepted when the reviewer took the served candidate as it was."""
+    with_memory, without_memory = Arm(), Arm()
+    by_day = {day: (Arm(), Arm()) for day in days}
+    judged: set[int] = set()
+    rows = (
+        Decision.objects.standing()
+        .filter(item__queue=queue, item__calls__isnull=False)
+        .order_by("created_at", "pk")
+        .values_list(
+            "item_id", "created_at", "verdict", "chosen_candidate__served", "item__calls__holdout"
+        )
+    )
+    for item_id, created_at, verdict, served, holdout in rows.iterator():
+        if item_id in judged:
+            continue
+        judged.add(item_id)
+        accepted = verdict == Decision.Verdict.CHOSEN and bool(served)
+        day = by_day.get(timezone.localdate(created_at))
+        for arm in (without_memory if holdout else with_memory, *([day[holdout]] if day else [])):
+            arm.reviewed += 1
+            arm.accepted += accepted
+    return Holdout(
+        with_memory=with_memory, without_memory=without_memory, by_day=list(by_day.values())
+    )
+
+
 def queue_calls(*, queue: Queue) -> QuerySet[Call]:
     """The queue's gateway calls, newest first."""
     return Call.objects.filter(queue=queue).order_by("-created_at", "-pk")
@@ -252,4 +321,5 @@ def queue_dashboard(*, queue: Queue) -> Dashboard:
         memory=_memory(queue, days),
         retrieval=_retrieval(queue, days),
         serving=_serving(queue, days),
+        holdout=_holdout(queue, days),
     )

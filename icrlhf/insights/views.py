@@ -6,6 +6,7 @@ from django.utils.safestring import SafeString, mark_safe
 from icrlhf.insights.charts import Series, line_chart, nice_ceiling
 from icrlhf.insights.selectors import (
     RELEVANT_SIMILARITY,
+    Holdout,
     ServingDay,
     Window,
     queue_calls,
@@ -76,6 +77,22 @@ def _serving_charts(days: list[ServingDay], labels: list[str]) -> dict[str, str]
     }
 
 
+def _holdout_chart(holdout: Holdout, labels: list[str]) -> str:
+    arms = [
+        ("served with memory", "#1d7a3a", [day[0] for day in holdout.by_day]),
+        ("held out, without memory", "#b3261e", [day[1] for day in holdout.by_day]),
+    ]
+    return line_chart(
+        title="Served answers reviewers accepted as they were (95% intervals)",
+        x_title="day",
+        x_labels=labels,
+        series=[
+            Series(name, colour, [a.rate for a in days], [a.interval for a in days])
+            for name, colour, days in arms
+        ],
+    )
+
+
 def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     board = queue_dashboard(queue=queue)
@@ -95,6 +112,7 @@ def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
             y_label=lambda v: f"{v:g}",
         ),
         **_serving_charts(board.serving.by_day, day_labels),
+        "holdout": _holdout_chart(board.holdout, day_labels),
         "retrieval": line_chart(
             title="Generations whose retrieval found a relevant example",
             x_title="day",

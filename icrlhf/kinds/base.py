@@ -33,6 +33,9 @@ class QueueKind:
     # The candidate's body on the item page, and the decision's extra controls ("": none).
     candidate_template = "kinds/general/candidate.html"
     corrections_template = ""
+    # The decision webhook's events: a decision made, and one taken back.
+    decided_event = "item.decided"
+    undone_event = "item.decision_undone"
 
     def instructions(self, queue: Queue) -> str:
         """What the prompt asks for beyond the queue's own system prompt."""
@@ -68,3 +71,7 @@ class QueueKind:
     def review_order(self, items: QuerySet[Item]) -> QuerySet[Item]:
         """The order reviewers are given items in: the oldest first."""
         return items.order_by("created_at")
+
+    def webhook_extra(self, *, item: Item, final_fields: dict[str, str] | None) -> dict[str, Any]:
+        """What the kind adds to the decision webhook's body (a ticket's fields)."""
+        return {}

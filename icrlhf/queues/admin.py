@@ -18,7 +18,7 @@ class QueueAdmin(QueueScopedAdmin[Queue]):
     readonly_fields = ["guidelines_version"]
 
     def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
-        queue_save(queue=obj)
+        queue_save(queue=obj, actor=request.user)  # type: ignore[arg-type]
 
 
 @admin.register(Item)

@@ -62,6 +62,29 @@ class Queue(models.Model):
         help_text="Gateway calls whose nearest preferred example is at least this similar "
         "(cosine) get its answer, with no LLM call. Empty: always ask the model.",
     )
+    # Routing of gateway calls (curators edit them on the queue's routing page; each change is
+    # audited in RoutingChange).
+    capture_percent = models.PositiveSmallIntegerField(
+        "capture share (%)",
+        default=0,
+        validators=[MaxValueValidator(100)],
+        help_text="This share of gateway calls becomes review items, chosen at random.",
+    )
+    capture_below_similarity = models.FloatField(
+        "coverage threshold",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Gateway calls whose nearest preferred example is less similar than this "
+        "(cosine), which memory does not cover, always become review items. Empty: off.",
+    )
+    holdout_percent = models.PositiveSmallIntegerField(
+        "holdout share (%)",
+        default=0,
+        validators=[MaxValueValidator(100)],
+        help_text="This share of gateway calls is answered without memory, at random, to "
+        "measure what memory is worth; the caller cannot tell.",
+    )
     example_token_budget = models.PositiveIntegerField(
         default=1500, help_text="Retrieved examples are added whole until this budget is reached."
     )
@@ -81,7 +104,9 @@ class Queue(models.Model):
         help_text="Triage queues: the categories a ticket can be filed under.",
     )
     webhook_url = models.URLField(
-        blank=True, help_text="Triage queues: POST each triage result here as JSON."
+        blank=True,
+        help_text="Each decision (and each undo) is POSTed here as JSON, retried until the "
+        "receiver answers 2xx.",
     )
     webhook_secret = models.CharField(
         max_length=200,
@@ -129,6 +154,7 @@ class Item(models.Model):
         UI = "ui", "Web"
         API = "api", "API"
         IMPORT = "import", "Import"
+        GATEWAY = "gateway", "Gateway"
 
     class Priority(models.TextChoices):
         LOW = "low", "Low"
@@ -158,6 +184,9 @@ class Item(models.Model):
     triaged_at = models.DateTimeField(null=True, blank=True)
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.UI)
     external_id = models.CharField(max_length=200, blank=True)
+    metadata = models.JSONField(
+        default=dict, blank=True, help_text="The sender's own fields, returned as sent."
+    )
     agreement = models.FloatField(
         null=True,
         blank=True,
@@ -182,3 +211,21 @@ class Item(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.input_text[:60]}"
+
+
+class RoutingChange(models.Model):
+    """An audited change to a queue's routing rules: who, when, each field's old and new."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="routing_changes")
+    changed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    changed_at = models.DateTimeField(auto_now_add=True)
+    # {"field": [old, new]}
+    changes = models.JSONField()
+
+    class Meta:
+        ordering = ["-changed_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"Routing of {self.queue} changed by {self.changed_by} at {self.changed_at}"

@@ -14,3 +14,10 @@ def queues_with_counts(*, queues: QuerySet[Queue]) -> QuerySet[Queue]:
 
 def queue_items_recent(*, queue: Queue, limit: int = 50) -> QuerySet[Item]:
     return queue.items.order_by("-created_at")[:limit]
+
+
+def captured_waiting(*, queue: Queue) -> int:
+    """Captured gateway calls not decided yet (still generating, or ready for review)."""
+    return queue.items.filter(
+        source=Item.Source.GATEWAY, status__in=[Item.Status.GENERATING, Item.Status.READY]
+    ).count()

@@ -1,8 +1,20 @@
+from typing import Any
+
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from icrlhf.queues.models import MAX_CANDIDATES, Queue
+from icrlhf.queues.models import MAX_CANDIDATES, Queue, RoutingChange
+
+# How a queue's gateway calls are routed: what goes to review, what is held out, what memory
+# answers alone. Every change to these is audited (RoutingChange).
+ROUTING_FIELDS = (
+    "capture_percent",
+    "capture_below_similarity",
+    "holdout_percent",
+    "memory_answer_threshold",
+)
 
 
 def item_input_validate(*, input_text: str) -> str:
@@ -26,17 +38,22 @@ def candidate_count_validate(*, n_candidates: int) -> int:
 
 
 @transaction.atomic
-def queue_save(*, queue: Queue) -> Queue:
+def queue_save(*, queue: Queue, actor: User | None = None) -> Queue:
     """Save a queue's settings. Decisions record the guideline version they were made under,
-    so an edit of the guidelines is a new version."""
+    so an edit of the guidelines is a new version; a change of the routing rules is audited."""
+    routing_before: dict[str, Any] = {}
     if queue.pk is not None:
-        stored = (
-            Queue.objects.select_for_update()
-            .filter(pk=queue.pk)
-            .values_list("guidelines", "guidelines_version")
-            .first()
-        )
-        if stored is not None and stored[0] != queue.guidelines:
-            queue.guidelines_version = stored[1] + 1
+        stored = Queue.objects.select_for_update().filter(pk=queue.pk).first()
+        if stored is not None:
+            if stored.guidelines != queue.guidelines:
+                queue.guidelines_version = stored.guidelines_version + 1
+            routing_before = {name: getattr(stored, name) for name in ROUTING_FIELDS}
     queue.save()
+    changes = {
+        name: [old, getattr(queue, name)]
+        for name, old in routing_before.items()
+        if old != getattr(queue, name)
+    }
+    if changes:
+        RoutingChange.objects.create(queue=queue, changed_by=actor, changes=changes)
     return queue

@@ -123,7 +123,7 @@ def decision_record(
     if final is not None:
         decision.replaced = kind.on_decision(item_id=item.pk, final=final)
         decision.save(update_fields=["replaced"])  # part of creating it, same transaction
-        _webhook_on_commit(decision, TRIAGED)
+    _webhook_on_commit(decision, kind.decided_event)
     Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
     _item_settle(item)
     return decision
@@ -166,7 +166,7 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
     item = item_lock(decision.item_id)
     if decision.replaced is not None:
         _kind_undo(item, replaced=decision.replaced)
-        _webhook_on_commit(decision, TRIAGE_UNDONE)
+    _webhook_on_commit(decision, kind_of(item.queue).undone_event)
     _item_settle(item)
     Claim.objects.update_or_create(
         item=item, reviewer=reviewer, defaults={"expires_at": now + claim_ttl(), "skipped": False}
@@ -259,39 +259,45 @@ def _kind_undo(item: Item, *, replaced: dict[str, Any]) -> None:
         kind.on_undo(item_id=item.pk, replaced=replaced)
 
 
-# The decision webhook's events: a triage confirmed, and one taken back.
-TRIAGED = "ticket.triaged"
-TRIAGE_UNDONE = "ticket.triage_undone"
-
-
 def _webhook_on_commit(decision: Decision, event: str) -> None:
     if decision.item.queue.webhook_url:
-        transaction.on_commit(lambda: tasks.ticket_webhook.delay(decision.pk, event), robust=True)
+        transaction.on_commit(lambda: tasks.decision_webhook.delay(decision.pk, event), robust=True)
 
 
-def ticket_webhook_send(*, decision_id: int, event: str = TRIAGED) -> None:
-    """Tell the helpdesk, signed: a triage confirmed (unless undone since), or undone (with
-    the ticket as it is now, restored)."""
-    decision = Decision.objects.select_related("item__queue", "reviewer").get(pk=decision_id)
+def decision_webhook_send(*, decision_id: int, event: str) -> None:
+    """Tell the queue's receiver, signed: a decision made (unless undone since: its undo
+    follows), or taken back (with the item as it is now, restored)."""
+    decision = Decision.objects.select_related("item__queue", "reviewer", "chosen_candidate").get(
+        pk=decision_id
+    )
     item, queue = decision.item, decision.item.queue
-    if not queue.webhook_url or (event == TRIAGED and decision.superseded_at is not None):
+    kind = kind_of(queue)
+    if not queue.webhook_url or (event == kind.decided_event and decision.superseded_at):
         return
+    chosen = decision.chosen_candidate
     payload = {
         "event": event,
-        "ticket": {
+        "queue": queue.slug,
+        "item": {
             "id": item.pk,
             "external_id": item.external_id,
-            "subject": item.subject,
-            "status": item.ticket_status,
-            "category": item.category,
-            "priority": item.priority,
+            "source": item.source,
+            "input": item.input_text,
+            "metadata": item.metadata,
+            "status": item.status,
         },
-        "triage": decision.final_fields,
         "verdict": decision.verdict,
+        "final_text": decision.final_text,
+        "final_fields": decision.final_fields,
+        # A captured gateway call: whether reviewers kept what the application was served.
+        "served_accepted": (
+            decision.verdict == Decision.Verdict.CHOSEN and chosen is not None and chosen.served
+        ),
+        "decision_id": decision.pk,
         "decided_by": decision.reviewer.get_username(),
         "decided_at": decision.created_at.isoformat(),
         "undone_at": decision.superseded_at.isoformat() if decision.superseded_at else None,
-        "queue": queue.slug,
+        **kind.webhook_extra(item=item, final_fields=decision.final_fields),
     }
     webhooks.post_signed(
         url=queue.webhook_url, secret=queue.webhook_secret, event=event, payload=payload

@@ -15,7 +15,7 @@ from icrlhf.queues.access import (
 )
 from icrlhf.queues.forms import ItemCreateForm
 from icrlhf.queues.models import Item, Queue
-from icrlhf.queues.selectors import queue_items_recent, queues_with_counts
+from icrlhf.queues.selectors import captured_waiting, queue_items_recent, queues_with_counts
 from icrlhf.triage.forms import TicketCreateForm, TicketFilterForm
 from icrlhf.triage.selectors import tickets_for_queue
 from icrlhf.triage.services import ticket_create
@@ -73,6 +73,7 @@ def _queue_page(
         "form": form,
         "can_review": can_review(request.user, queue),
         "can_curate": can_curate(request.user),
+        "captured_waiting": captured_waiting(queue=queue),
     }
     if queue.kind == Queue.Kind.TRIAGE:
         filters = TicketFilterForm(request.GET or None, queue=queue)

@@ -5,6 +5,7 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from icrlhf.generation.models import Candidate
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.models import Claim, Decision
 
@@ -63,4 +64,20 @@ def items_skipped(*, queue: Queue, reviewer: User) -> QuerySet[Item]:
         )
         .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
         .order_by("created_at")
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """An item as its sender sees it: its latest candidates and its first standing decision."""
+
+    candidates: list[Candidate]
+    decision: Decision | None
+
+
+def item_outcome(*, item: Item) -> Outcome:
+    generation = item.generations.order_by("-created_at").first()
+    return Outcome(
+        candidates=[] if generation is None else list(generation.candidates.order_by("position")),
+        decision=item.decisions.standing().order_by("created_at").first(),
     )

@@ -4,7 +4,8 @@ from icrlhf.integrations.webhooks import WebhookTransientError
 from icrlhf.review import decisions
 
 
-# The name predates the task's move to review: messages already queued still find it.
+# The name predates the webhook's move to review and to every kind of queue: messages
+# already queued still find it.
 @shared_task(
     name="triage.ticket_webhook",
     autoretry_for=(WebhookTransientError,),
@@ -13,6 +14,6 @@ from icrlhf.review import decisions
     retry_backoff_max=600,
     retry_jitter=True,
 )
-def ticket_webhook(decision_id: int, event: str = "") -> None:
+def decision_webhook(decision_id: int, event: str = "") -> None:
     # No event: a message queued before undo had its own event, a triage.
-    decisions.ticket_webhook_send(decision_id=decision_id, event=event or decisions.TRIAGED)
+    decisions.decision_webhook_send(decision_id=decision_id, event=event or "ticket.triaged")

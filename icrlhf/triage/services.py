@@ -1,5 +1,6 @@
 import logging
 from datetime import datetime
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -30,6 +31,7 @@ def ticket_create(
     sla_due_at: datetime | None = None,
     external_id: str = "",
     category: str = "",
+    metadata: dict[str, Any] | None = None,
 ) -> tuple[Item, bool]:
     """Create a ticket and start its triage; idempotent on external id.
 
@@ -66,6 +68,7 @@ def ticket_create(
                 sla_due_at=sla_due_at or sla_due(priority=priority, received_at=received_at),
                 external_id=external_id,
                 category=category,
+                metadata=metadata or {},
             )
     except IntegrityError:
         # The same external id, sent twice at the same moment: the other request won.

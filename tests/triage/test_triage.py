@@ -2,8 +2,6 @@ import hashlib
 import hmac
 import json
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from threading import Thread
 from typing import Any
 
 import pytest
@@ -20,6 +18,7 @@ from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
 from icrlhf.review import tasks as review_tasks
 from tests.factories import ItemFactory, ready_generation
+from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.django_db
 
@@ -133,29 +132,6 @@ def test_the_ticket_list_filters_and_shows_sla_badges(triage_queue: Any, logged_
     assert "Breached one" not in filtered.content.decode()
 
 
-class Receiver:
-    """A helpdesk's webhook endpoint on loopback, answering with the given statuses."""
-
-    def __init__(self, statuses: list[int]) -> None:
-        self.statuses, self.requests = statuses, []
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                receiver.requests.append((dict(self.headers), body))
-                self.send_response(receiver.statuses.pop(0) if receiver.statuses else 200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-
 def test_a_triaged_ticket_is_posted_signed_and_retried_on_a_5xx(
     triage_queue: Any, user: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
@@ -168,8 +144,8 @@ def test_a_triaged_ticket_is_posted_signed_and_retried_on_a_5xx(
     assert len(callbacks) == 2  # index the examples, send the webhook
 
     with pytest.raises(WebhookTransientError, match="answered 503"):
-        review_decisions.ticket_webhook_send(decision_id=decision.pk)
-    result = review_tasks.ticket_webhook.apply(args=[decision.pk])  # eager: retries inline
+        review_decisions.decision_webhook_send(decision_id=decision.pk, event="ticket.triaged")
+    result = review_tasks.decision_webhook.apply(args=[decision.pk])  # eager: retries inline
     assert result.successful()
     headers, body = receiver.requests[-1]
     expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
@@ -221,7 +197,7 @@ def test_undoing_a_triage_gives_the_ticket_back_what_it_had_and_tells_the_helpde
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The webhook task runs inline here (the worker's own run is in the integration tests).
-    webhook = review_tasks.ticket_webhook
+    webhook = review_tasks.decision_webhook
     monkeypatch.setattr(webhook, "delay", lambda *args: webhook.apply(args=args))
     receiver = Receiver([])
     triage_queue.webhook_url, triage_queue.webhook_secret = receiver.url, "s3cret"

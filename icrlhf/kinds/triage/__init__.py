@@ -32,7 +32,23 @@ class TriageKind(QueueKind):
     name = "triage"
     candidate_template = "kinds/triage/candidate.html"
     corrections_template = "kinds/triage/corrections.html"
+    decided_event = "ticket.triaged"
+    undone_event = "ticket.triage_undone"
     priorities = PRIORITIES
+
+    def webhook_extra(self, *, item: Item, final_fields: dict[str, str] | None) -> dict[str, Any]:
+        # The ticket as it is now (restored, after an undo) and the triage decided.
+        return {
+            "ticket": {
+                "id": item.pk,
+                "external_id": item.external_id,
+                "subject": item.subject,
+                "status": item.ticket_status,
+                "category": item.category,
+                "priority": item.priority,
+            },
+            "triage": final_fields,
+        }
 
     def instructions(self, queue: Queue) -> str:
         return triage_instructions(queue.categories)

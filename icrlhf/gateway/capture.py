@@ -1,0 +1,93 @@
+"""Production traffic back to review: a gateway call chosen for review (sampled, or not
+covered by memory) becomes an item whose first candidate is exactly what the application
+got; the worker generates the others, and the decision becomes memory as any other.
+
+Captured after the call's log row is written, never on the way to the answer; a capture
+that fails (the database busy, the process stopped) is retried by the sweeper."""
+
+import logging
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from icrlhf.gateway.models import Call
+from icrlhf.generation.services import Served, item_create
+from icrlhf.queues.models import Item, Queue
+
+logger = logging.getLogger(__name__)
+
+CAPTURING = (Call.Capture.SAMPLED, Call.Capture.UNCOVERED)
+# A capture still missing this long after its call was lost on the way (the sweeper's cue);
+# younger ones are most likely being written right now.
+_LOST_AFTER = timedelta(seconds=60)
+# Older calls are not captured any more: their moment has passed.
+_GIVE_UP_AFTER = timedelta(days=1)
+
+
+def call_capture(*, call_id: uuid.UUID) -> Item | None:
+    """Make the call a review item, unless it is not chosen, done already, or an identical
+    request was captured within CAPTURE_DEDUPE_WINDOW_S (then it is marked a duplicate)."""
+    with transaction.atomic():
+        call = Call.objects.select_for_update().filter(pk=call_id).first()
+        if call is None or call.item_id is not None or call.capture not in CAPTURING:
+            return None
+        # One capture at a time per queue, so two identical calls are not both captured.
+        queue = Queue.objects.select_for_update().get(pk=call.queue_id)
+        window = timedelta(seconds=settings.CAPTURE_DEDUPE_WINDOW_S)
+        earlier = Call.objects.filter(
+            queue=queue,
+            request_text=call.request_text,
+            item__isnull=False,
+            created_at__gte=call.created_at - window,
+        ).exclude(pk=call.pk)
+        if earlier.exists():
+            call.capture = Call.Capture.DUPLICATE
+            call.save(update_fields=["capture"])
+            return None
+        example_id = call.examples[0]["id"] if call.source == Call.Source.MEMORY else None
+        served = Served(
+            text=call.answer_text,
+            model=call.model,
+            example_id=uuid.UUID(example_id) if example_id else None,
+            latency_ms=call.upstream_ms,
+            prompt_tokens=call.prompt_tokens or None,
+            completion_tokens=call.completion_tokens or None,
+        )
+        try:
+            with transaction.atomic():
+                item = item_create(
+                    queue=queue,
+                    input_text=call.request_text,
+                    created_by=None,
+                    source=Item.Source.GATEWAY,
+                    served=served,
+                    metadata={"call": str(call.pk), "holdout": call.holdout},
+                )
+        except ValidationError as error:  # e.g. a request longer than items may be
+            call.capture = Call.Capture.NONE
+            call.error = f"Not captured: {' '.join(error.messages)}"[:500]
+            call.save(update_fields=["capture", "error"])
+            return None
+        call.item = item
+        call.save(update_fields=["item"])
+        return item
+
+
+def captures_lost() -> list[uuid.UUID]:
+    """Calls chosen for review whose item was never made (their process stopped between
+    the log row and the capture, or the capture failed)."""
+    now = timezone.now()
+    return list(
+        Call.objects.filter(
+            capture__in=CAPTURING,
+            item__isnull=True,
+            created_at__lt=now - _LOST_AFTER,
+            created_at__gte=now - _GIVE_UP_AFTER,
+        )
+        .order_by("created_at")
+        .values_list("pk", flat=True)[:500]
+    )

@@ -1,0 +1,16 @@
+from django import forms
+
+from icrlhf.queues.models import Queue
+from icrlhf.queues.services import ROUTING_FIELDS
+
+
+class RoutingForm(forms.ModelForm[Queue]):
+    """A queue's routing rules for gateway calls (the model's validators bound each one)."""
+
+    class Meta:
+        model = Queue
+        fields = ROUTING_FIELDS
+        widgets = {
+            "capture_below_similarity": forms.NumberInput(attrs={"step": "0.01"}),
+            "memory_answer_threshold": forms.NumberInput(attrs={"step": "0.01"}),
+        }

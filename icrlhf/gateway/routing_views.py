@@ -1,0 +1,41 @@
+"""The web app's side of the gateway: a queue's routing rules, which curators edit."""
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from icrlhf.gateway.forms import RoutingForm
+from icrlhf.queues.access import can_curate, queue_for_member
+from icrlhf.queues.models import Queue
+from icrlhf.queues.selectors import captured_waiting
+from icrlhf.queues.services import queue_save
+
+
+def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
+    queue = queue_for_member(request.user, slug=slug)
+    may_edit = can_curate(request.user)
+    form = RoutingForm(request.POST or None, instance=queue)
+    if request.method == "POST":
+        if not may_edit:
+            raise PermissionDenied("Only curators and admins change routing rules.")
+        if form.is_valid():
+            queue_save(queue=form.save(commit=False), actor=request.user)  # type: ignore[arg-type]
+            messages.success(request, "Routing rules saved; the next gateway call follows them.")
+            return redirect("gateway_web:routing", slug=queue.slug)
+    context = {
+        "queue": queue,
+        "form": form,
+        "may_edit": may_edit,
+        "changes": [
+            (change, [(_label(name), old, new) for name, (old, new) in change.changes.items()])
+            for change in queue.routing_changes.select_related("changed_by")[:20]
+        ],
+        "captured_waiting": captured_waiting(queue=queue),
+    }
+    return render(request, "gateway/routing.html", context, status=400 if form.errors else 200)
+
+
+def _label(name: str) -> str:
+    field = Queue._meta.get_field(name)
+    return str(getattr(field, "verbose_name", name))

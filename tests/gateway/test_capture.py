@@ -1,0 +1,224 @@
+"""Production traffic back to review, in this process: which calls are captured, the item a
+capture makes, duplicates, lost captures, holdout, and that capturing never hurts a response.
+The real gateway process, worker and reviewer loop are in test_endpoint.py."""
+
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from icrlhf.gateway import capture, services
+from icrlhf.gateway import tasks as gateway_tasks
+from icrlhf.gateway.models import Call
+from icrlhf.gateway.schemas import ChatRequest
+from icrlhf.generation import tasks as generation_tasks
+from icrlhf.generation.models import Candidate
+from icrlhf.ingest.services import token_create
+from icrlhf.memory.models import Example
+from icrlhf.queues.models import Item
+from tests.conftest import LLMAnswer, wait_for
+from tests.factories import DecisionFactory, ItemFactory, QueueFactory, ready_generation
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections
+    pytest.mark.urls("icrlhf.gateway.urls"),
+    pytest.mark.usefixtures("eager_tasks", "vector_store"),
+]
+
+QUESTION = "How do I reset my card PIN?"
+
+
+def app_for(**queue_fields: Any) -> tuple[Client, Any]:
+    queue = QueueFactory(slug="helpdesk", n_candidates=3, **queue_fields)
+    token = token_create(queue=queue, name="app")[1]
+    return Client(headers={"Authorization": f"Bearer {token}"}), queue
+
+
+def ask(client: Client, text: str = QUESTION) -> Any:
+    payload = {"model": "helpdesk", "messages": [{"role": "user", "content": text}]}
+    response = client.post("/v1/chat/completions", json.dumps(payload), "application/json")
+    assert response.status_code == 200
+    return response
+
+
+def call_of(response: Any) -> Call:
+    return Call.objects.get(pk=response["X-Icrlhf-Call"])
+
+
+def test_a_sampled_call_becomes_an_item_whose_served_answer_is_one_candidate(
+    llm_answer: LLMAnswer,
+) -> None:
+    client, queue = app_for(capture_percent=100)
+    llm_answer("Open the app, then Cards › Reset PIN.")
+    response = ask(client)
+
+    call = wait_for(lambda: Call.objects.filter(item__isnull=False).first(), what="the capture")
+    assert call.pk == call_of(response).pk and call.capture == Call.Capture.SAMPLED
+    item = wait_for(
+        lambda: Item.objects.filter(pk=call.item_id, status=Item.Status.READY).first(),
+        what="the other candidates",
+    )
+    assert (item.queue, item.source, item.input_text) == (queue, "gateway", QUESTION)
+    assert item.metadata == {"call": str(call.pk), "holdout": False}
+    candidates = list(item.generations.get().candidates.all())
+    assert len(candidates) == 3 and all(c.status == Candidate.Status.DONE for c in candidates)
+    served = [c for c in candidates if c.served]
+    assert len(served) == 1
+    assert served[0].text == response.json()["choices"][0]["message"]["content"]
+    assert served[0].source == Candidate.Source.LLM
+
+
+def test_which_calls_are_captured() -> None:
+    queue = QueueFactory.build(capture_percent=0, capture_below_similarity=0.6)
+    assert services.capture_reason(queue=queue, top_score=None) == Call.Capture.UNCOVERED
+    assert services.capture_reason(queue=queue, top_score=0.59) == Call.Capture.UNCOVERED
+    assert services.capture_reason(queue=queue, top_score=0.6) == Call.Capture.NONE
+    queue.capture_below_similarity = None
+    assert services.capture_reason(queue=queue, top_score=None) == Call.Capture.NONE
+    queue.capture_percent = 100
+    assert services.capture_reason(queue=queue, top_score=0.9) == Call.Capture.SAMPLED
+
+
+def test_an_uncovered_call_is_captured_even_with_no_sample(llm_answer: LLMAnswer) -> None:
+    client, _queue = app_for(capture_percent=0, capture_below_similarity=0.5)
+    llm_answer("Answer.")
+    call = call_of(ask(client))  # nothing is stored: memory covers nothing yet
+    assert call.capture == Call.Capture.UNCOVERED and call.top_score is None
+    wait_for(lambda: Call.objects.get(pk=call.pk).item_id is not None, what="the capture")
+
+
+def test_identical_requests_within_the_window_are_captured_once(
+    llm_answer: LLMAnswer, settings: Any
+) -> None:
+    client, queue = app_for(capture_percent=100)
+    llm_answer("Answer.")
+    first = call_of(ask(client))
+    wait_for(lambda: Call.objects.get(pk=first.pk).item_id is not None, what="the capture")
+    second = call_of(ask(client))
+    wait_for(
+        lambda: Call.objects.get(pk=second.pk).capture == Call.Capture.DUPLICATE,
+        what="the duplicate to be marked",
+    )
+    assert Item.objects.filter(queue=queue).count() == 1
+
+    settings.CAPTURE_DEDUPE_WINDOW_S = 0
+    third = call_of(ask(client))
+    wait_for(lambda: Call.objects.get(pk=third.pk).item_id is not None, what="a later capture")
+    assert Item.objects.filter(queue=queue).count() == 2
+
+
+def test_a_lost_capture_is_swept_and_a_broker_outage_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _client, queue = app_for(capture_percent=100)
+    lost = Call.objects.create(
+        queue=queue,
+        source=Call.Source.MODEL,
+        memory=Call.Memory.EMPTY,
+        request_text=QUESTION,
+        answer_text="What the app got.",
+        capture=Call.Capture.SAMPLED,
+        created_at=timezone.now() - timedelta(minutes=5),
+    )
+    recent = Call.objects.create(
+        queue=queue,
+        source=Call.Source.MODEL,
+        memory=Call.Memory.EMPTY,
+        request_text="Being captured right now",
+        capture=Call.Capture.SAMPLED,
+    )
+
+    def broker_down(*args: Any, **kwargs: Any) -> None:
+        raise ConnectionError("the broker is down")
+
+    monkeypatch.setattr(generation_tasks.generation_prepare, "apply_async", broker_down)
+    gateway_tasks.captures_sweep()
+
+    lost.refresh_from_db()
+    assert lost.item is not None and lost.item.status == Item.Status.GENERATING
+    served = lost.item.generations.get().candidates.get(served=True)
+    assert served.text == "What the app got."
+    # Its generation waits for the generation sweeper, which enqueues it when the broker is back.
+    assert lost.item.generations.get().status == "pending"
+    assert Call.objects.get(pk=recent.pk).item is None  # too recent to be called lost
+
+
+def test_a_request_too_long_for_an_item_is_not_captured_and_says_why(settings: Any) -> None:
+    _client, queue = app_for(capture_percent=100)
+    settings.ITEM_INPUT_MAX_CHARS = 10
+    call = Call.objects.create(
+        queue=queue,
+        source=Call.Source.MODEL,
+        memory=Call.Memory.EMPTY,
+        request_text="A request longer than ten characters",
+        capture=Call.Capture.SAMPLED,
+    )
+    assert capture.call_capture(call_id=call.pk) is None
+    call.refresh_from_db()
+    assert call.capture == "" and call.error.startswith("Not captured: The input has 36 characters")
+    assert not Item.objects.exists()
+
+
+def test_a_failing_capture_never_fails_the_response(
+    llm_answer: LLMAnswer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    client, _queue = app_for(capture_percent=100)
+    llm_answer("Answer.")
+
+    def broken(**_: Any) -> None:
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(capture, "call_capture", broken)
+    with caplog.at_level(logging.ERROR):
+        response = ask(client)
+        wait_for(
+            lambda: "could not be logged or captured" in caplog.text, what="the failure logged"
+        )
+    assert response.json()["choices"][0]["message"]["content"] == "Answer."
+    assert call_of(response).item is None  # the sweeper tries again later
+
+
+def test_held_out_calls_get_no_memory_and_look_like_calls_memory_could_not_help(
+    llm_answer: LLMAnswer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, queue = app_for(holdout_percent=100, memory_answer_threshold=0.5)
+    example = services.RetrievedExample(example=_stored_example(queue), score=0.97, rank=1)
+    recall = services.Recall(examples=[example], neighbours=[example])
+    monkeypatch.setattr(services, "examples_recall_anywhere", lambda **_: recall)
+    llm_answer("From the model alone.")
+    chat = ChatRequest.model_validate(
+        {"model": "helpdesk", "messages": [{"role": "user", "content": QUESTION}]}
+    )
+    plan = services.call_plan(queue=queue, request=chat)
+    assert plan.holdout and plan.memory_answer is None and plan.examples == []
+    assert example.example.output_text not in json.dumps(plan.messages)
+
+    response = ask(client)
+    assert response.json()["choices"][0]["message"]["content"] == "From the model alone."
+    assert response["X-Icrlhf-Source"] == "model"  # not answered from memory at 0.97
+    assert response["X-Icrlhf-Memory"] == "empty" and response["X-Icrlhf-Examples"] == ""
+    call = call_of(response)
+    assert call.holdout and call.top_score == pytest.approx(0.97) and call.examples == []
+
+    queue.holdout_percent = 0
+    queue.save()
+    served = ask(client)
+    assert served["X-Icrlhf-Source"] == "memory" and not call_of(served).holdout
+
+
+def _stored_example(queue: Any) -> Example:
+    item = ItemFactory(queue=queue, input_text=QUESTION)
+    generation = ready_generation(item, ["Use the app."])
+    decision = DecisionFactory(generation=generation, item=item)
+    return Example.objects.create(
+        queue=queue,
+        decision=decision,
+        role=Example.Role.PREFERRED,
+        input_text=QUESTION,
+        output_text="Use the app: Cards › Reset PIN.",
+        reward=1.0,
+    )
