@@ -1,0 +1,123 @@
+"""The routing rules on the web: who sees and changes them, the audit of each change, the
+queue page's summary, and the dashboard's holdout comparison from real decisions."""
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from icrlhf.gateway.models import Call
+from icrlhf.generation.models import Candidate
+from icrlhf.queues.models import Item, RoutingChange
+from icrlhf.review.decisions import decision_record
+from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
+
+RULES = {
+    "capture_percent": "25",
+    "capture_below_similarity": "0.55",
+    "holdout_percent": "10",
+    "memory_answer_threshold": "",
+}
+
+
+def client_of(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_a_curator_changes_the_rules_and_each_change_is_audited() -> None:
+    curator = UserFactory(roles=["curator"])
+    queue = QueueFactory(members=[curator], memory_answer_threshold=0.9)
+    page = client_of(curator)
+    response = page.post(f"/q/{queue.slug}/routing/", RULES)
+    assert response.status_code == 302
+    queue.refresh_from_db()
+    assert (queue.capture_percent, queue.capture_below_similarity) == (25, 0.55)
+    assert (queue.holdout_percent, queue.memory_answer_threshold) == (10, None)
+    change = RoutingChange.objects.get()
+    assert change.changed_by == curator
+    assert change.changes == {
+        "capture_percent": [0, 25],
+        "capture_below_similarity": [None, 0.55],
+        "holdout_percent": [0, 10],
+        "memory_answer_threshold": [0.9, None],
+    }
+    shown = page.get(f"/q/{queue.slug}/routing/").content.decode()
+    assert "capture share (%) 0 → 25" in shown and "answer from memory at 0.9 → off" in shown
+
+    page.post(f"/q/{queue.slug}/routing/", RULES)  # the same values: nothing to audit
+    assert RoutingChange.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_out_of_range_rules_are_refused_and_nothing_changes() -> None:
+    curator = UserFactory(roles=["curator"])
+    queue = QueueFactory(members=[curator])
+    response = client_of(curator).post(
+        f"/q/{queue.slug}/routing/", {**RULES, "capture_percent": "150"}
+    )
+    assert response.status_code == 400
+    assert "less than or equal to 100" in response.content.decode()
+    queue.refresh_from_db()
+    assert queue.capture_percent == 0 and not RoutingChange.objects.exists()
+
+
+@pytest.mark.django_db
+def test_reviewers_see_the_rules_curators_of_other_queues_see_nothing() -> None:
+    reviewer, outsider = UserFactory(), UserFactory(roles=["curator"])
+    queue = QueueFactory(members=[reviewer], capture_percent=5)
+    ItemFactory(queue=queue, source=Item.Source.GATEWAY, status=Item.Status.READY)
+    ItemFactory(queue=queue, source=Item.Source.GATEWAY, status=Item.Status.DECIDED)
+
+    page = client_of(reviewer).get(f"/q/{queue.slug}/routing/")
+    assert page.status_code == 200 and "curators change them" in page.content.decode()
+    assert client_of(reviewer).post(f"/q/{queue.slug}/routing/", RULES).status_code == 403
+    summary = client_of(reviewer).get(f"/q/{queue.slug}/").content.decode()
+    assert "reviews 5% of calls" in summary and "1 captured call to review" in summary
+
+    for path in (f"/q/{queue.slug}/routing/", f"/q/{queue.slug}/"):
+        assert client_of(outsider).get(path).status_code == 404
+    assert client_of(outsider).post(f"/q/{queue.slug}/routing/", RULES).status_code == 404
+    queue.refresh_from_db()
+    assert queue.capture_percent == 5
+
+
+def captured(queue: Any, *, holdout: bool, accepted: bool, reviewer: Any) -> None:
+    """A captured call its reviewer decided: the served answer taken as is, or another."""
+    item = ItemFactory(queue=queue, source=Item.Source.GATEWAY)
+    generation = ready_generation(item, ["What the app got.", "Another answer."])
+    Candidate.objects.filter(generation=generation, position=0).update(served=True)
+    Call.objects.create(
+        queue=queue,
+        source=Call.Source.MODEL,
+        memory=Call.Memory.USED,
+        request_text=item.input_text,
+        holdout=holdout,
+        capture=Call.Capture.SAMPLED,
+        item=item,
+    )
+    chosen = generation.candidates.get(position=0 if accepted else 1)
+    decision_record(item_id=item.pk, reviewer=reviewer, verdict="chosen", candidate_id=chosen.pk)
+
+
+@pytest.mark.django_db
+def test_the_dashboard_compares_served_answers_with_memory_and_held_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from icrlhf.review import decisions
+
+    monkeypatch.setattr(decisions, "_memory_teach", lambda decision: None)  # no store needed
+    reviewer = UserFactory()
+    queue = QueueFactory(members=[reviewer])
+    for accepted in [True] * 18 + [False] * 2:
+        captured(queue, holdout=False, accepted=accepted, reviewer=reviewer)
+    for accepted in [True] * 5 + [False] * 15:
+        captured(queue, holdout=True, accepted=accepted, reviewer=reviewer)
+
+    page = client_of(reviewer).get(f"/q/{queue.slug}/dashboard/").content.decode()
+    assert "<strong>90%</strong><span>accepted, served with memory (20 reviewed" in page
+    assert "<strong>25%</strong><span>accepted, held out without memory (20 reviewed" in page
+    assert "<strong>+65 pts</strong>" in page and "significant (p = 0.000)" in page
+    assert "Served answers reviewers accepted as they were" in page  # the chart
