@@ -2,6 +2,7 @@
 against the real gateway process (uvicorn), the real worker owning the embedded store,
 fastembed and litellm calling the fixed-latency endpoint over HTTP."""
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from icrlhf.review.models import Decision
 from tests.conftest import GATEWAY_LLM_TIMEOUT_S, GatewayProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 from tests.support.fixed_latency_llm import FaultyLLM, FixedLatencyLLM
+from tests.support.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -157,6 +159,70 @@ def test_memory_answers_skip_the_model_plain_and_streamed(
     assert fixed_llm.calls == calls_before + 1
     wait_for(lambda: queue.calls.count() == 3, what="three calls logged")
     assert sorted(queue.calls.values_list("source", flat=True)) == ["memory", "memory", "model"]
+
+
+def test_a_captured_call_reviewed_in_the_workbench_answers_the_next_similar_call(
+    gateway_process: GatewayProcess, fixed_llm: FixedLatencyLLM
+) -> None:
+    """The loop, closed from production: an app's call is captured for review with what it
+    was served, a reviewer keeps that answer on the review page, the worker posts the
+    decision webhook, and the next identical call is answered from memory while a
+    paraphrase gets the answer in its prompt."""
+    receiver = Receiver([])
+    queue = QueueFactory(
+        n_candidates=2,
+        memory_candidates=0,
+        capture_percent=100,
+        memory_answer_threshold=0.95,
+        webhook_url=receiver.url,
+        webhook_secret="s3cret",
+    )
+    client = client_for(gateway_process, queue)
+    raw = client.chat.completions.with_raw_response.create(
+        model=queue.slug, messages=[{"role": "user", "content": CARD}]
+    )
+    served_text = raw.parse().choices[0].message.content
+    call = Call.objects.get(pk=raw.headers["X-Icrlhf-Call"])
+    item = wait_for(
+        lambda: Item.objects.filter(calls=call, status=Item.Status.READY).first(),
+        what="the captured item's candidates",
+    )
+    served = item.generations.get().candidates.get(served=True)
+    assert served.text == served_text and item.source == Item.Source.GATEWAY
+
+    reviewer = UserFactory()
+    queue.members.add(reviewer)
+    browser = Client()
+    browser.force_login(reviewer)
+    assert browser.post(f"/q/{queue.slug}/review/next/")["Location"] == f"/items/{item.pk}/"
+    browser.post(f"/items/{item.pk}/decide/", {"choice": f"c{served.pk}"})
+    decision = Decision.objects.get(item=item)
+    wait_for(
+        lambda: not decision.examples.exclude(index_state=Example.IndexState.INDEXED).exists(),
+        what="the decision's examples to be indexed",
+    )
+    preferred = decision.examples.get(role=Example.Role.PREFERRED)
+
+    calls_before = fixed_llm.calls
+    again = client.chat.completions.with_raw_response.create(
+        model=queue.slug, messages=[{"role": "user", "content": CARD}]
+    )
+    assert again.headers["X-Icrlhf-Source"] == "memory"
+    assert again.parse().choices[0].message.content == served_text
+    assert fixed_llm.calls == calls_before
+    paraphrase = client.chat.completions.with_raw_response.create(
+        model=queue.slug, messages=[{"role": "user", "content": CARD_AGAIN}]
+    )
+    assert paraphrase.headers["X-Icrlhf-Examples"].startswith(f"{preferred.pk}:")
+    assert preferred.output_text in str(fixed_llm.last_request["messages"])
+
+    event = wait_for(lambda: receiver.requests[:1], what="the decision webhook")[0]
+    headers, body = event
+    assert headers["X-Icrlhf-Event"] == "item.decided"
+    payload = json.loads(body)
+    assert payload["item"]["id"] == item.pk and payload["item"]["source"] == "gateway"
+    assert payload["served_accepted"] is True and payload["final_text"] == served_text
+    receiver.server.shutdown()
 
 
 def test_litellm_as_a_client_plain_and_streamed(gateway_process: GatewayProcess) -> None:
