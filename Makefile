@@ -20,7 +20,8 @@ help:
 	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
 	@echo "make test   - install everything and run the whole test suite"
 	@echo "make bench  - run the benchmarks (local LLM speed, pipeline and review page on both"
-	@echo "              databases, the reviewer's day, the gateway, curation, export, learning)"
+	@echo "              databases, the reviewer's day, the gateway, curation, export, learning,"
+	@echo "              production replay)"
 	@echo "make chaos  - inject faults into the real loop and print what was lost or stuck"
 	@echo "make lint   - ruff, mypy and the import layers (import-linter)"
 
@@ -87,6 +88,7 @@ bench: install-test models secret-key
 	$(BIN)/python manage.py bench_curation $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_export $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_learning $(BENCH_ARGS)
+	$(BIN)/python manage.py bench_traffic $(BENCH_ARGS)
 
 chaos: install-test models secret-key
 	$(BIN)/python manage.py chaos $(CHAOS_ARGS)
