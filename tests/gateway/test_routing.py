@@ -121,3 +121,25 @@ def test_the_dashboard_compares_served_answers_with_memory_and_held_out(
     assert "<strong>25%</strong><span>accepted, held out without memory (20 reviewed" in page
     assert "<strong>+65 pts</strong>" in page and "significant (p = 0.000)" in page
     assert "Served answers reviewers accepted as they were" in page  # the chart
+
+
+@pytest.mark.django_db
+def test_the_served_candidate_is_named_only_once_the_item_is_decided(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from icrlhf.review import decisions
+
+    monkeypatch.setattr(decisions, "_memory_teach", lambda decision: None)
+    reviewer = UserFactory()
+    queue = QueueFactory(members=[reviewer])
+    captured(queue, holdout=False, accepted=True, reviewer=reviewer)
+    decided = Item.objects.get()
+    waiting = ItemFactory(queue=queue, source=Item.Source.GATEWAY)
+    generation = ready_generation(waiting, ["Served.", "Other."])
+    Candidate.objects.filter(generation=generation, position=0).update(served=True)
+
+    page = client_of(reviewer)
+    before = page.get(f"/items/{waiting.pk}/").content.decode()
+    assert "captured for review" in before and "served to the app" not in before
+    after = page.get(f"/items/{decided.pk}/").content.decode()
+    assert after.count("served to the app") == 1
