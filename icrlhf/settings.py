@@ -312,7 +312,7 @@ GATEWAY_MAX_REQUEST_BYTES = env_int("GATEWAY_MAX_REQUEST_BYTES", 1_000_000)
 # With the embedded store (no QDRANT_URL) the worker owns it and answers the gateway's
 # retrievals; past this wait the call is answered without memory.
 GATEWAY_RECALL_TIMEOUT_S = env_float("GATEWAY_RECALL_TIMEOUT_S", 2.0)
-# Identical requests (the same last user message) to one queue are captured for review once
+# Identical requests (the same messages) to one queue are captured for review once
 # within this window.
 CAPTURE_DEDUPE_WINDOW_S = env_int("CAPTURE_DEDUPE_WINDOW_S", 3600)
 # Threads per gateway process for its blocking work (database, retrieval): one per call in

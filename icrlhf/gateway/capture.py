@@ -35,12 +35,13 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
         call = Call.objects.select_for_update().filter(pk=call_id).first()
         if call is None or call.item_id is not None or call.capture not in CAPTURING:
             return None
-        # One capture at a time per queue, so two identical calls are not both captured.
-        queue = Queue.objects.select_for_update().get(pk=call.queue_id)
+        # One capture at a time per queue, so two identical calls are not both captured. "No
+        # key": new calls of the queue (rows pointing at it) are not held up by this lock.
+        queue = Queue.objects.select_for_update(no_key=True).get(pk=call.queue_id)
         window = timedelta(seconds=settings.CAPTURE_DEDUPE_WINDOW_S)
         earlier = Call.objects.filter(
             queue=queue,
-            request_text=call.request_text,
+            request_hash=call.request_hash,
             item__isnull=False,
             created_at__gte=call.created_at - window,
         ).exclude(pk=call.pk)
@@ -65,7 +66,12 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
                     created_by=None,
                     source=Item.Source.GATEWAY,
                     served=served,
-                    metadata={"call": str(call.pk), "holdout": call.holdout},
+                    metadata={
+                        "call": str(call.pk),
+                        "holdout": call.holdout,
+                        # What the caller sent before its request, for reviewers to read.
+                        "conversation": call.context,
+                    },
                 )
         except ValidationError as error:  # e.g. a request longer than items may be
             call.capture = Call.Capture.NONE
@@ -91,3 +97,8 @@ def captures_lost() -> list[uuid.UUID]:
         .order_by("created_at")
         .values_list("pk", flat=True)[:500]
     )
+
+
+def item_deleted(*, item_id: int) -> None:
+    """A captured call whose review item is deleted is not captured again by the sweep."""
+    Call.objects.filter(item_id=item_id).update(capture=Call.Capture.REMOVED)

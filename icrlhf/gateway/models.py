@@ -25,6 +25,7 @@ class Call(models.Model):
         SAMPLED = "sampled", "sampled"
         UNCOVERED = "uncovered", "not covered by memory"
         DUPLICATE = "duplicate", "identical to a recent capture"
+        REMOVED = "removed", "its review item was deleted"
 
     # Chosen before the answer is sent, so the response headers can name the call.
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -37,6 +38,10 @@ class Call(models.Model):
     status_code = models.PositiveSmallIntegerField(default=200)
     error = models.CharField(max_length=500, blank=True)
     request_text = models.TextField(help_text="The last user message: the retrieval query.")
+    # What the caller sent before it (system messages, earlier turns), for reviewers.
+    context = models.JSONField(default=list, blank=True)
+    # SHA-256 of the whole conversation: identical requests are captured once.
+    request_hash = models.CharField(max_length=64, blank=True)
     answer_text = models.TextField(blank=True)
     # [{"id": example uuid, "score": cosine}], in prompt order; a memory answer names its one.
     examples = models.JSONField(default=list, blank=True)

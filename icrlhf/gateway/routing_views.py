@@ -9,7 +9,7 @@ from icrlhf.gateway.forms import RoutingForm
 from icrlhf.queues.access import can_curate, queue_for_member
 from icrlhf.queues.models import Queue
 from icrlhf.queues.selectors import captured_waiting
-from icrlhf.queues.services import queue_save
+from icrlhf.queues.services import routing_update
 
 
 def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
@@ -20,7 +20,11 @@ def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
         if not may_edit:
             raise PermissionDenied("Only curators and admins change routing rules.")
         if form.is_valid():
-            queue_save(queue=form.save(commit=False), actor=request.user)  # type: ignore[arg-type]
+            routing_update(
+                queue_id=queue.pk,
+                values=form.cleaned_data,
+                actor=request.user,  # type: ignore[arg-type]
+            )
             messages.success(request, "Routing rules saved; the next gateway call follows them.")
             return redirect("gateway_web:routing", slug=queue.slug)
     context = {

@@ -1,6 +1,8 @@
 """What the gateway decides for a call: the queue's memory, the prompt or a memory answer,
 the parameters sent upstream, and the log row. Blocking code: the views run it in threads."""
 
+import hashlib
+import json
 import logging
 import random
 import time
@@ -32,6 +34,9 @@ class Plan:
 
     queue: Queue
     request_text: str
+    # The caller's messages before the last one, and a digest of the whole conversation.
+    context: list[dict[str, str]]
+    request_hash: str
     memory: str  # a Call.Memory value
     # In the prompt, most similar first; for a memory answer, the one example answering.
     examples: list[RetrievedExample]
@@ -66,8 +71,10 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
     the review flow's builder: the caller's system message (or the queue's) with the queue's
     instructions and guidelines, the examples as earlier turns, then the caller's turns."""
     request_text = request.messages[-1].text
+    context = [{"role": m.role, "content": m.text} for m in request.messages[:-1]]
+    conversation = json.dumps([*context, {"role": "user", "content": request_text}])
     holdout = random.random() * 100 < queue.holdout_percent
-    threshold = None if holdout else queue.memory_answer_threshold
+    threshold = queue.memory_answer_threshold
     started = time.monotonic()
     try:
         recall = examples_recall_anywhere(
@@ -87,16 +94,19 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
     retrieved = Plan(
         queue=queue,
         request_text=request_text,
+        context=context,
+        request_hash=hashlib.sha256(conversation.encode()).hexdigest(),
         memory=memory,
         examples=[],
         retrieval_ms=retrieval_ms,
         top_score=top_score,
         holdout=holdout,
-        capture=capture_reason(queue=queue, top_score=top_score),
+        capture=capture_reason(queue=queue, top_score=top_score, memory=memory),
     )
 
     nearest = max(recall.neighbours, key=lambda r: r.score, default=None)
-    if threshold is not None and nearest is not None and nearest.score >= threshold:
+    answerable = nearest is not None and not holdout
+    if answerable and threshold is not None and nearest is not None and nearest.score >= threshold:
         return replace(retrieved, examples=[nearest], memory_answer=nearest.example.output_text)
     # A held-out call is retrieved for all the same (its coverage is measured alike), but
     # nothing retrieved reaches its prompt.
@@ -133,11 +143,14 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
     )
 
 
-def capture_reason(*, queue: Queue, top_score: float | None) -> str:
+def capture_reason(*, queue: Queue, top_score: float | None, memory: str) -> str:
     """Why a call goes to review: memory did not cover it (its nearest preferred example is
-    below the queue's coverage threshold, or there is none), or the random sample took it."""
+    below the queue's coverage threshold, or there is none), or the random sample took it.
+    While memory is unavailable, coverage is unknown: only the sample is taken (else an
+    outage would send every call to review, each costing N−1 more model calls)."""
     coverage = queue.capture_below_similarity
-    if coverage is not None and (top_score is None or top_score < coverage):
+    known = memory != Call.Memory.UNAVAILABLE
+    if known and coverage is not None and (top_score is None or top_score < coverage):
         return Call.Capture.UNCOVERED
     if random.random() * 100 < queue.capture_percent:
         return Call.Capture.SAMPLED
@@ -164,11 +177,13 @@ def call_record(
         queue=plan.queue,
         token=token,
         source=plan.source,
-        memory=plan.memory,
+        memory=plan.served_memory,  # what shaped the answer: a held-out call, nothing
         stream=stream,
         status_code=status_code,
         error=error[:500],
         request_text=plan.request_text,
+        context=plan.context,
+        request_hash=plan.request_hash,
         answer_text=answer_text,
         examples=[{"id": str(r.example.pk), "score": round(r.score, 4)} for r in plan.examples],
         top_score=plan.top_score,

@@ -33,6 +33,9 @@ from icrlhf.integrations import llm
 logger = logging.getLogger(__name__)
 
 _threads = ThreadPoolExecutor(max_workers=settings.GATEWAY_THREADS, thread_name_prefix="gateway")
+# Captures have threads of their own: however many wait, the calls' threads stay free (what
+# is still waiting when the process stops is captured by the sweep).
+_capture_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gateway-capture")
 
 
 async def _blocking[T](work: Callable[[], T]) -> T:
@@ -60,7 +63,7 @@ def _captured(call: Call) -> None:
     """Send the call to review if it was chosen for it: after its answer, on a thread nobody
     waits for, so that capturing never delays or fails a response."""
     if call.capture in capture.CAPTURING:
-        _threads.submit(_logged(lambda: capture.call_capture(call_id=call.pk)))
+        _capture_threads.submit(_logged(lambda: capture.call_capture(call_id=call.pk)))
 
 
 def _error(

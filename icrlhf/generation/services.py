@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from icrlhf.generation import selectors, tasks
@@ -66,6 +66,26 @@ def item_create(
     return item
 
 
+def item_existing(*, queue: Queue, external_id: str) -> Item | None:
+    return Item.objects.filter(queue=queue, external_id=external_id).first()
+
+
+def item_create_once(*, queue: Queue, external_id: str, **fields: Any) -> tuple[Item, bool]:
+    """`item_create`, idempotent on the sender's external id: the item already made for it is
+    returned instead (and False), also when two requests with it race."""
+    if external_id and (existing := item_existing(queue=queue, external_id=external_id)):
+        return existing, False
+    try:
+        with transaction.atomic():
+            return item_create(queue=queue, external_id=external_id, **fields), True
+    except IntegrityError:
+        # The same external id, sent twice at the same moment: the other request won.
+        existing = item_existing(queue=queue, external_id=external_id) if external_id else None
+        if existing is None:
+            raise
+        return existing, False
+
+
 @transaction.atomic
 def generation_start(*, item: Item, n_candidates: int, served: Served | None = None) -> Generation:
     """Create a generation and its N pending candidates, one of them the answer already
@@ -92,6 +112,17 @@ def generation_start(*, item: Item, n_candidates: int, served: Served | None = N
         robust=True,
     )
     return generation
+
+
+def _served_of(candidate: Candidate) -> Served:
+    return Served(
+        text=candidate.text,
+        model=candidate.model,
+        example_id=candidate.source_example_id,
+        latency_ms=candidate.latency_ms,
+        prompt_tokens=candidate.prompt_tokens,
+        completion_tokens=candidate.completion_tokens,
+    )
 
 
 def _served_fill(candidate: Candidate, *, served: Served, queue: Queue) -> None:
@@ -157,4 +188,8 @@ def generation_regenerate(*, item_id: int) -> Generation:
     item.status = Item.Status.GENERATING
     item.save(update_fields=["status", "updated_at"])
     count = previous.n_candidates if previous else item.queue.n_candidates
-    return generation_start(item=item, n_candidates=count)
+    # A captured call's served answer stays among the candidates: it is what is judged.
+    served = previous.candidates.filter(served=True).first() if previous else None
+    return generation_start(
+        item=item, n_candidates=count, served=None if served is None else _served_of(served)
+    )

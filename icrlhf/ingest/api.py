@@ -3,15 +3,16 @@ batch, idempotent on your external id; read their candidates and decision. Mount
 icrlhf/api.py."""
 
 import logging
+from collections.abc import Callable
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.http import HttpRequest
-from ninja import Router, Status
+from ninja import Router, Schema, Status
 
 from icrlhf.accounts.ratelimit import attempt_allowed, seconds_left_in_window
-from icrlhf.generation.services import item_create
+from icrlhf.generation.services import item_create_once
 from icrlhf.ingest.auth import token_of
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.ingest.schemas import (
@@ -50,7 +51,7 @@ def _creation_check(token: IntegrationToken, count: int, noun: str = "tickets") 
         raise CreationLimitReached(limit, seconds_left_in_window(), noun)
 
 
-def _out(item: Item, *, created: bool) -> TicketOut:
+def _out(item: Item, created: bool) -> TicketOut:
     return TicketOut(
         id=item.pk,
         external_id=item.external_id,
@@ -98,7 +99,7 @@ def ticket_post(request: HttpRequest, payload: TicketIn) -> Status[object]:
         item, created = _create(token, payload)
     except DjangoValidationError as error:
         return Status(422, {"detail": " ".join(error.messages), "errors": []})
-    return Status(201 if created else 200, _out(item, created=created))
+    return Status(201 if created else 200, _out(item, created))
 
 
 @router.post(
@@ -111,21 +112,27 @@ def tickets_batch(request: HttpRequest, payload: BatchIn) -> Status[object]:
     if (wrong_type := _not_json(request)) is not None:
         return wrong_type
     _creation_check(token, len(payload.tickets))
-    results: list[TicketOut] = []
+    return _batch("tickets", payload.tickets, lambda ticket: _out(*_create(token, ticket)))
+
+
+def _batch[Entry](
+    field: str, entries: list[Entry], create: Callable[[Entry], Schema]
+) -> Status[object]:
+    """Every entry created, or none: the first refused one is named and nothing is saved."""
+    results: list[Schema] = []
     try:
         with transaction.atomic():
-            for index, ticket in enumerate(payload.tickets):
+            for index, entry in enumerate(entries):
                 try:
-                    item, created = _create(token, ticket)
+                    results.append(create(entry))
                 except DjangoValidationError as error:
                     raise _BatchRefused(index, " ".join(error.messages)) from error
-                results.append(_out(item, created=created))
     except _BatchRefused as refused:
         return Status(
             422,
             {
                 "detail": "The batch is invalid; nothing was saved.",
-                "errors": [{"field": f"tickets.{refused.index}", "message": refused.message}],
+                "errors": [{"field": f"{field}.{refused.index}", "message": refused.message}],
             },
         )
     return Status(201, results)
@@ -145,41 +152,40 @@ def ticket_get(request: HttpRequest, ticket_id: int) -> Status[object]:
     item = Item.objects.filter(queue=token.queue, pk=ticket_id).first()
     if item is None:
         return Status(404, {"detail": "No such ticket in this token's queue.", "errors": []})
-    return Status(200, _out(item, created=False))
+    return Status(200, _out(item, False))
 
 
 def _item_create(queue: Queue, item: ItemIn) -> tuple[Item, bool]:
-    """Any kind of queue: a triage queue files the input as a ticket (first line: subject)."""
+    """Any kind of queue: a triage queue files the input as a ticket, its first line the
+    subject (cut at 500 characters, the whole input then kept as the body) and the rest
+    the body."""
     if queue.kind == Queue.Kind.TRIAGE:
-        subject, _, rest = item.input.strip().partition("\n")
+        first, _, rest = item.input.strip().partition("\n")
+        subject = first.strip()
+        if len(subject) > _SUBJECT_MAX:
+            subject, rest = subject[: _SUBJECT_MAX - 1] + "…", item.input
         return ticket_create(
             queue=queue,
             source=Item.Source.API,
-            subject=subject.strip()[:500],
-            body=rest.strip() or item.input,
+            subject=subject,
+            body=rest.strip(),
             external_id=item.external_id,
             metadata=item.metadata,
         )
-    if item.external_id:
-        existing = Item.objects.filter(queue=queue, external_id=item.external_id).first()
-        if existing is not None:
-            return existing, False
-    try:
-        with transaction.atomic():
-            created = item_create(
-                queue=queue,
-                input_text=item.input,
-                created_by=None,
-                source=Item.Source.API,
-                external_id=item.external_id,
-                metadata=item.metadata,
-            )
-    except IntegrityError:  # the same external id, sent twice at the same moment
-        return Item.objects.get(queue=queue, external_id=item.external_id), False
-    return created, True
+    return item_create_once(
+        queue=queue,
+        external_id=item.external_id,
+        input_text=item.input,
+        created_by=None,
+        source=Item.Source.API,
+        metadata=item.metadata,
+    )
 
 
-def _item_out(item: Item, *, created: bool) -> ItemOut:
+_SUBJECT_MAX = Item._meta.get_field("subject").max_length or 500
+
+
+def _item_out(item: Item, created: bool) -> ItemOut:
     outcome = item_outcome(item=item)
     decision = outcome.decision
     return ItemOut(
@@ -233,7 +239,7 @@ def item_post(request: HttpRequest, payload: ItemIn) -> Status[object]:
         item, created = _item_create(token.queue, payload)
     except DjangoValidationError as error:
         return Status(422, {"detail": " ".join(error.messages), "errors": []})
-    return Status(201 if created else 200, _item_out(item, created=created))
+    return Status(201 if created else 200, _item_out(item, created))
 
 
 @items_router.post(
@@ -246,24 +252,9 @@ def items_batch(request: HttpRequest, payload: ItemBatchIn) -> Status[object]:
     if (wrong_type := _not_json(request)) is not None:
         return wrong_type
     _creation_check(token, len(payload.items), "items")
-    results: list[ItemOut] = []
-    try:
-        with transaction.atomic():
-            for index, entry in enumerate(payload.items):
-                try:
-                    item, created = _item_create(token.queue, entry)
-                except DjangoValidationError as error:
-                    raise _BatchRefused(index, " ".join(error.messages)) from error
-                results.append(_item_out(item, created=created))
-    except _BatchRefused as refused:
-        return Status(
-            422,
-            {
-                "detail": "The batch is invalid; nothing was saved.",
-                "errors": [{"field": f"items.{refused.index}", "message": refused.message}],
-            },
-        )
-    return Status(201, results)
+    return _batch(
+        "items", payload.items, lambda entry: _item_out(*_item_create(token.queue, entry))
+    )
 
 
 @items_router.get(
@@ -276,4 +267,4 @@ def item_get(request: HttpRequest, item_id: int) -> Status[object]:
     item = Item.objects.select_related("queue").filter(queue=token.queue, pk=item_id).first()
     if item is None:
         return Status(404, {"detail": "No such item in this token's queue.", "errors": []})
-    return Status(200, _item_out(item, created=False))
+    return Status(200, _item_out(item, False))

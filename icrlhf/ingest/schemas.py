@@ -112,7 +112,10 @@ class ItemIn(Schema):
     @field_validator("metadata")
     @classmethod
     def small_and_storable(cls, value: dict[str, Any]) -> dict[str, Any]:
-        text = json.dumps(value)
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except ValueError:
+            raise ValueError("must be plain JSON: NaN and Infinity are not numbers") from None
         if len(text) > MAX_METADATA_CHARS:
             raise ValueError(f"is larger than {MAX_METADATA_CHARS:,} characters as JSON")
         if "\\u0000" in text:  # PostgreSQL cannot store NUL in JSON either

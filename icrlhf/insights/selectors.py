@@ -277,8 +277,8 @@ def _p95(values: list[float]) -> float | None:
 
 
 def _holdout(queue: Queue, days: list[date]) -> Holdout:
-    """Each reviewed captured call, judged once (its item's first standing decision):
-    accepted when the reviewer took the served candidate as it was."""
+    """Each reviewed captured call, judged once (its item's first standing decision), on the
+    day it was served: accepted when the reviewer took the served candidate as it was."""
     with_memory, without_memory = Arm(), Arm()
     by_day = {day: (Arm(), Arm()) for day in days}
     judged: set[int] = set()
@@ -287,15 +287,19 @@ def _holdout(queue: Queue, days: list[date]) -> Holdout:
         .filter(item__queue=queue, item__calls__isnull=False)
         .order_by("created_at", "pk")
         .values_list(
-            "item_id", "created_at", "verdict", "chosen_candidate__served", "item__calls__holdout"
+            "item_id",
+            "item__calls__created_at",
+            "verdict",
+            "chosen_candidate__served",
+            "item__calls__holdout",
         )
     )
-    for item_id, created_at, verdict, served, holdout in rows.iterator():
+    for item_id, served_at, verdict, served, holdout in rows.iterator():
         if item_id in judged:
             continue
         judged.add(item_id)
         accepted = verdict == Decision.Verdict.CHOSEN and bool(served)
-        day = by_day.get(timezone.localdate(created_at))
+        day = by_day.get(timezone.localdate(served_at))
         for arm in (without_memory if holdout else with_memory, *([day[holdout]] if day else [])):
             arm.reviewed += 1
             arm.accepted += accepted

@@ -72,6 +72,10 @@ class QueueKind:
         """The order reviewers are given items in: the oldest first."""
         return items.order_by("created_at")
 
+    def webhook_wanted(self, *, final_fields: dict[str, str] | None) -> bool:
+        """Whether a decision (or its undo) is sent to the queue's webhook at all."""
+        return True
+
     def webhook_extra(self, *, item: Item, final_fields: dict[str, str] | None) -> dict[str, Any]:
         """What the kind adds to the decision webhook's body (a ticket's fields)."""
         return {}

@@ -49,11 +49,28 @@ def queue_save(*, queue: Queue, actor: User | None = None) -> Queue:
                 queue.guidelines_version = stored.guidelines_version + 1
             routing_before = {name: getattr(stored, name) for name in ROUTING_FIELDS}
     queue.save()
+    _routing_audit(queue, routing_before, actor)
+    return queue
+
+
+@transaction.atomic
+def routing_update(*, queue_id: int, values: dict[str, Any], actor: User) -> Queue:
+    """Change a queue's routing rules, and only them (on the row as it is now, so that
+    another edit made meanwhile stands); the change is audited."""
+    queue = Queue.objects.select_for_update().get(pk=queue_id)
+    before = {name: getattr(queue, name) for name in ROUTING_FIELDS}
+    for name in ROUTING_FIELDS:
+        setattr(queue, name, values[name])
+    queue.save(update_fields=list(ROUTING_FIELDS))
+    _routing_audit(queue, before, actor)
+    return queue
+
+
+def _routing_audit(queue: Queue, before: dict[str, Any], actor: User | None) -> None:
     changes = {
         name: [old, getattr(queue, name)]
-        for name, old in routing_before.items()
+        for name, old in before.items()
         if old != getattr(queue, name)
     }
     if changes:
         RoutingChange.objects.create(queue=queue, changed_by=actor, changes=changes)
-    return queue

@@ -252,7 +252,9 @@ def _kind_undo(item: Item, *, replaced: dict[str, Any]) -> None:
     reviewer's standing decision on the item should show instead (then theirs is applied
     again)."""
     kind = kind_of(item.queue)
-    other = item.decisions.standing().exclude(final_fields=None).order_by("-created_at").first()
+    other = (
+        item.decisions.standing().exclude(final_fields__isnull=True).order_by("-created_at").first()
+    )
     if other is not None and other.final_fields is not None:
         kind.on_decision(item_id=item.pk, final=Final(other.final_fields, other.final_text))
     else:
@@ -260,7 +262,8 @@ def _kind_undo(item: Item, *, replaced: dict[str, Any]) -> None:
 
 
 def _webhook_on_commit(decision: Decision, event: str) -> None:
-    if decision.item.queue.webhook_url:
+    queue = decision.item.queue
+    if queue.webhook_url and kind_of(queue).webhook_wanted(final_fields=decision.final_fields):
         transaction.on_commit(lambda: tasks.decision_webhook.delay(decision.pk, event), robust=True)
 
 

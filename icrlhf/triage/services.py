@@ -3,10 +3,9 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from icrlhf.generation.services import item_create
+from icrlhf.generation.services import item_create_once, item_existing
 from icrlhf.kinds.triage.fields import TriageParseError, fields_validate
 from icrlhf.kinds.triage.sla import sla_due
 from icrlhf.queues.models import Item, Queue
@@ -41,10 +40,8 @@ def ticket_create(
         raise ValidationError(
             f"“{queue.name}” is not a triage queue: tickets go to triage queues only."
         )
-    if external_id:
-        existing = Item.objects.filter(queue=queue, external_id=external_id).first()
-        if existing is not None:
-            return existing, False
+    if external_id and (existing := item_existing(queue=queue, external_id=external_id)):
+        return existing, False  # before validating: the first request's answer stands
     if category:
         try:
             category = fields_validate(
@@ -53,24 +50,18 @@ def ticket_create(
         except TriageParseError as error:
             raise ValidationError(str(error)) from error
     received_at = timezone.now()
-    try:
-        with transaction.atomic():
-            item = item_create(
-                queue=queue,
-                input_text=ticket_input_text(subject=subject, body=body),
-                created_by=None,
-                source=source,
-                subject=subject.strip(),
-                body=body.strip(),
-                customer=customer.strip(),
-                channel=channel.strip(),
-                priority=priority,
-                sla_due_at=sla_due_at or sla_due(priority=priority, received_at=received_at),
-                external_id=external_id,
-                category=category,
-                metadata=metadata or {},
-            )
-    except IntegrityError:
-        # The same external id, sent twice at the same moment: the other request won.
-        return Item.objects.get(queue=queue, external_id=external_id), False
-    return item, True
+    return item_create_once(
+        queue=queue,
+        external_id=external_id,
+        input_text=ticket_input_text(subject=subject, body=body),
+        created_by=None,
+        source=source,
+        subject=subject.strip(),
+        body=body.strip(),
+        customer=customer.strip(),
+        channel=channel.strip(),
+        priority=priority,
+        sla_due_at=sla_due_at or sla_due(priority=priority, received_at=received_at),
+        category=category,
+        metadata=metadata or {},
+    )

@@ -4,6 +4,7 @@ The real gateway process, worker and reviewer loop are in test_endpoint.py."""
 
 import json
 import logging
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +16,7 @@ from icrlhf.gateway import capture, services
 from icrlhf.gateway import tasks as gateway_tasks
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
+from icrlhf.generation import recovery
 from icrlhf.generation import tasks as generation_tasks
 from icrlhf.generation.models import Candidate
 from icrlhf.ingest.services import token_create
@@ -63,7 +65,7 @@ def test_a_sampled_call_becomes_an_item_whose_served_answer_is_one_candidate(
         what="the other candidates",
     )
     assert (item.queue, item.source, item.input_text) == (queue, "gateway", QUESTION)
-    assert item.metadata == {"call": str(call.pk), "holdout": False}
+    assert item.metadata == {"call": str(call.pk), "holdout": False, "conversation": []}
     candidates = list(item.generations.get().candidates.all())
     assert len(candidates) == 3 and all(c.status == Candidate.Status.DONE for c in candidates)
     served = [c for c in candidates if c.served]
@@ -74,13 +76,18 @@ def test_a_sampled_call_becomes_an_item_whose_served_answer_is_one_candidate(
 
 def test_which_calls_are_captured() -> None:
     queue = QueueFactory.build(capture_percent=0, capture_below_similarity=0.6)
-    assert services.capture_reason(queue=queue, top_score=None) == Call.Capture.UNCOVERED
-    assert services.capture_reason(queue=queue, top_score=0.59) == Call.Capture.UNCOVERED
-    assert services.capture_reason(queue=queue, top_score=0.6) == Call.Capture.NONE
+
+    def reason(top: float | None, memory: str = Call.Memory.USED) -> str:
+        return services.capture_reason(queue=queue, top_score=top, memory=memory)
+
+    assert reason(None, Call.Memory.EMPTY) == reason(0.59) == Call.Capture.UNCOVERED
+    assert reason(0.6) == Call.Capture.NONE
+    # Memory down: coverage is unknown, so an outage does not send every call to review.
+    assert reason(None, Call.Memory.UNAVAILABLE) == Call.Capture.NONE
     queue.capture_below_similarity = None
-    assert services.capture_reason(queue=queue, top_score=None) == Call.Capture.NONE
+    assert reason(None, Call.Memory.EMPTY) == Call.Capture.NONE
     queue.capture_percent = 100
-    assert services.capture_reason(queue=queue, top_score=0.9) == Call.Capture.SAMPLED
+    assert reason(0.9) == reason(None, Call.Memory.UNAVAILABLE) == Call.Capture.SAMPLED
 
 
 def test_an_uncovered_call_is_captured_even_with_no_sample(llm_answer: LLMAnswer) -> None:
@@ -112,7 +119,7 @@ def test_identical_requests_within_the_window_are_captured_once(
 
 
 def test_a_lost_capture_is_swept_and_a_broker_outage_loses_nothing(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     _client, queue = app_for(capture_percent=100)
     lost = Call.objects.create(
@@ -142,9 +149,29 @@ def test_a_lost_capture_is_swept_and_a_broker_outage_loses_nothing(
     assert lost.item is not None and lost.item.status == Item.Status.GENERATING
     served = lost.item.generations.get().candidates.get(served=True)
     assert served.text == "What the app got."
-    # Its generation waits for the generation sweeper, which enqueues it when the broker is back.
-    assert lost.item.generations.get().status == "pending"
     assert Call.objects.get(pk=recent.pk).item is None  # too recent to be called lost
+    # Its generation waits for the generation sweeper, which enqueues it when the broker is back.
+    generation = lost.item.generations.get()
+    assert generation.status == "pending"
+    settings.GENERATION_LOST_AFTER_S = 0
+    assert recovery.generations_sweep(broker_idle=True).prepare == [generation.pk]
+
+
+def test_a_call_whose_item_was_deleted_is_not_captured_again() -> None:
+    _client, queue = app_for(capture_percent=100)
+    call = Call.objects.create(
+        queue=queue,
+        source=Call.Source.MODEL,
+        memory=Call.Memory.EMPTY,
+        request_text=QUESTION,
+        capture=Call.Capture.SAMPLED,
+        created_at=timezone.now() - timedelta(minutes=5),
+    )
+    item = capture.call_capture(call_id=call.pk)
+    assert item is not None
+    item.delete()
+    assert Call.objects.get(pk=call.pk).capture == Call.Capture.REMOVED
+    assert capture.captures_lost() == []
 
 
 def test_a_request_too_long_for_an_item_is_not_captured_and_says_why(settings: Any) -> None:
@@ -161,6 +188,26 @@ def test_a_request_too_long_for_an_item_is_not_captured_and_says_why(settings: A
     call.refresh_from_db()
     assert call.capture == "" and call.error.startswith("Not captured: The input has 36 characters")
     assert not Item.objects.exists()
+
+
+def test_a_slow_capture_never_delays_the_response(
+    llm_answer: LLMAnswer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client, _queue = app_for(capture_percent=100)
+    llm_answer("Answer.")
+    started, release = threading.Event(), threading.Event()
+
+    def stuck(**_: Any) -> None:
+        started.set()
+        release.wait(timeout=30)  # a capture stuck behind a lock
+
+    monkeypatch.setattr(capture, "call_capture", stuck)
+    try:
+        response = ask(client)  # returns while the capture is still stuck
+        assert started.wait(timeout=10) and not release.is_set()
+        assert response.json()["choices"][0]["message"]["content"] == "Answer."
+    finally:
+        release.set()
 
 
 def test_a_failing_capture_never_fails_the_response(

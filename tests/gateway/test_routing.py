@@ -119,7 +119,7 @@ def test_the_dashboard_compares_served_answers_with_memory_and_held_out(
     page = client_of(reviewer).get(f"/q/{queue.slug}/dashboard/").content.decode()
     assert "<strong>90%</strong><span>accepted, served with memory (20 reviewed" in page
     assert "<strong>25%</strong><span>accepted, held out without memory (20 reviewed" in page
-    assert "<strong>+65 pts</strong>" in page and "significant (p = 0.000)" in page
+    assert "<strong>+65 pts</strong>" in page and "significant at 5% (p = 0.000)" in page
     assert "Served answers reviewers accepted as they were" in page  # the chart
 
 
@@ -143,3 +143,17 @@ def test_the_served_candidate_is_named_only_once_the_item_is_decided(
     assert "captured for review" in before and "served to the app" not in before
     after = page.get(f"/items/{decided.pk}/").content.decode()
     assert after.count("served to the app") == 1
+
+
+@pytest.mark.django_db
+def test_regenerating_a_captured_item_keeps_its_served_answer() -> None:
+    from icrlhf.generation.services import generation_regenerate
+
+    item = ItemFactory(queue=QueueFactory(), source=Item.Source.GATEWAY)
+    generation = ready_generation(item, ["Served.", "Other."])
+    Candidate.objects.filter(generation=generation, position=0).update(served=True, model="m")
+    fresh = generation_regenerate(item_id=item.pk)
+    assert fresh.pk != generation.pk
+    kept = fresh.candidates.get(served=True)
+    assert (kept.text, kept.model, kept.status) == ("Served.", "m", "done")
+    assert fresh.candidates.filter(status="pending").count() == 1

@@ -76,19 +76,29 @@ def test_a_decided_item_reads_with_its_decision_and_final_text(
     assert [c["text"] for c in read["candidates"]] == ["One euro.", "Two euros."]
 
 
-def test_a_batch_is_all_or_nothing(client: Client, general: tuple[Any, str]) -> None:
+def test_a_batch_is_all_or_nothing(client: Client, general: tuple[Any, str], settings: Any) -> None:
     queue, token = general
     ok = post(client, "/api/v1/items/batch", {"items": [{"input": "A"}, {"input": "B"}]}, token)
     assert ok.status_code == 201 and [i["input"] for i in ok.json()] == ["A", "B"]
+    # Refused by the service, after the first entry was created: that one is rolled back.
+    settings.ITEM_INPUT_MAX_CHARS = 10
     bad = post(
         client,
         "/api/v1/items/batch",
-        {"items": [{"input": "C"}, {"input": "x" * 30_000}]},
+        {"items": [{"input": "C"}, {"input": "Longer than ten"}]},
         token,
     )
     assert bad.status_code == 422
-    assert bad.json()["errors"][0]["field"].startswith("items.1")
-    assert Item.objects.filter(queue=queue).count() == 2
+    assert bad.json()["errors"] == [
+        {
+            "field": "items.1",
+            "message": "The input has 15 characters; the limit is 10. Shorten it and try again.",
+        }
+    ]
+    assert sorted(Item.objects.filter(queue=queue).values_list("input_text", flat=True)) == [
+        "A",
+        "B",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -106,6 +116,21 @@ def test_bad_items_say_which_field_and_save_nothing(
     response = post(client, "/api/v1/items", body, general[1])
     assert response.status_code == 422
     assert response.json()["errors"][0]["field"] == field
+    assert not Item.objects.exists()
+
+
+def test_metadata_that_is_not_plain_json_is_refused(
+    client: Client, general: tuple[Any, str]
+) -> None:
+    body = '{"input": "ok", "metadata": {"score": NaN}}'
+    response = post(client, "/api/v1/items", body, general[1])
+    assert response.status_code == 422
+    assert response.json()["errors"] == [
+        {
+            "field": "metadata",
+            "message": "Value error, must be plain JSON: NaN and Infinity are not numbers",
+        }
+    ]
     assert not Item.objects.exists()
 
 
@@ -132,6 +157,13 @@ def test_a_triage_queue_files_the_input_as_a_ticket(client: Client, triage_queue
         {"crm": "x"},
     )
     assert item.sla_due_at is not None
+
+    one_line = post(client, "/api/v1/items", {"input": "Card lost"}, token).json()
+    assert Item.objects.values_list("subject", "body").get(pk=one_line["id"]) == ("Card lost", "")
+    long_line = "x" * 600
+    long = post(client, "/api/v1/items", {"input": long_line}, token).json()
+    subject, body = Item.objects.values_list("subject", "body").get(pk=long["id"])
+    assert len(subject) == 500 and subject.endswith("…") and body == long_line
 
 
 def test_the_items_api_is_in_the_openapi_docs(logged_in: Client) -> None:
@@ -186,3 +218,23 @@ def test_a_general_queues_decision_and_its_undo_are_posted_signed(
     assert (decided["verdict"], decided["final_text"]) == ("chosen", "One euro.")
     assert decided["served_accepted"] is False and decided["undone_at"] is None
     assert undone["undone_at"] is not None and undone["item"]["status"] == "ready"
+
+
+def test_a_triage_none_of_whose_answers_was_acceptable_is_not_posted_as_triaged(
+    triage_queue: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    sent: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(review_tasks.decision_webhook, "delay", lambda *args: sent.append(args))
+    monkeypatch.setattr(decisions, "_memory_teach", lambda decision: None)
+    triage_queue.webhook_url = "http://127.0.0.1:9/hook"
+    triage_queue.save()
+    reviewer = UserFactory()
+    item = Item.objects.create(queue=triage_queue, input_text="Card?", status=Item.Status.READY)
+    ready_generation(item, ["not json"])
+    with django_capture_on_commit_callbacks(execute=True):
+        decision = decisions.decision_record(
+            item_id=item.pk, reviewer=reviewer, verdict="none_acceptable"
+        )
+    with django_capture_on_commit_callbacks(execute=True):
+        decisions.decision_undo(decision_id=decision.pk, reviewer=reviewer)
+    assert sent == []

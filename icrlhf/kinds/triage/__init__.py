@@ -36,6 +36,10 @@ class TriageKind(QueueKind):
     undone_event = "ticket.triage_undone"
     priorities = PRIORITIES
 
+    def webhook_wanted(self, *, final_fields: dict[str, str] | None) -> bool:
+        # A ticket none of whose triages was acceptable was not triaged: nothing to tell.
+        return final_fields is not None
+
     def webhook_extra(self, *, item: Item, final_fields: dict[str, str] | None) -> dict[str, Any]:
         # The ticket as it is now (restored, after an undo) and the triage decided.
         return {
