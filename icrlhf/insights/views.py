@@ -79,8 +79,8 @@ def _serving_charts(days: list[ServingDay], labels: list[str]) -> dict[str, str]
 
 def _holdout_chart(holdout: Holdout, labels: list[str]) -> str:
     arms = [
-        ("served with memory", "#1d7a3a", [day[0] for day in holdout.by_day]),
-        ("held out, without memory", "#b3261e", [day[1] for day in holdout.by_day]),
+        ("with memory", "#1d7a3a", [day[0] for day in holdout.by_day]),
+        ("held out", "#b3261e", [day[1] for day in holdout.by_day]),
     ]
     return line_chart(
         title="Served answers reviewers accepted as they were (95% intervals)",
