@@ -65,7 +65,7 @@ def test_out_of_range_rules_are_refused_and_nothing_changes() -> None:
 
 
 @pytest.mark.django_db
-def test_reviewers_see_the_rules_curators_of_other_queues_see_nothing() -> None:
+def test_reviewers_see_the_rules_outsiders_nothing_admins_change_them() -> None:
     reviewer, outsider = UserFactory(), UserFactory(roles=["curator"])
     queue = QueueFactory(members=[reviewer], capture_percent=5)
     ItemFactory(queue=queue, source=Item.Source.GATEWAY, status=Item.Status.READY)
@@ -82,6 +82,12 @@ def test_reviewers_see_the_rules_curators_of_other_queues_see_nothing() -> None:
     assert client_of(outsider).post(f"/q/{queue.slug}/routing/", RULES).status_code == 404
     queue.refresh_from_db()
     assert queue.capture_percent == 5
+
+    admin = UserFactory(roles=["admin"])  # every queue, member or not
+    assert client_of(admin).post(f"/q/{queue.slug}/routing/", RULES).status_code == 302
+    queue.refresh_from_db()
+    assert queue.capture_percent == 25
+    assert RoutingChange.objects.get().changed_by == admin
 
 
 def captured(queue: Any, *, holdout: bool, accepted: bool, reviewer: Any) -> None:
