@@ -20,6 +20,7 @@ from pathlib import Path
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import Max
+from kombu.exceptions import OperationalError
 
 from icrlhf.generation.models import Candidate
 from icrlhf.generation.services import item_create
@@ -117,10 +118,17 @@ class ChaosWorld:
         self.workers.append(child)
         from worker import app
 
+        connection_errors = (*app.connection_for_read().connection_errors, OperationalError)
+
         def ready() -> bool:
             if child.process.poll() is not None:
                 raise RuntimeError(f"The worker exited; see {child.log}")
-            return bool(app.control.ping(destination=[name], timeout=0.5))
+            try:
+                return bool(app.control.ping(destination=[name], timeout=0.5))
+            except connection_errors:
+                # This process's pooled connection may still point at a broker that was
+                # restarted (the scenario before): its next use reconnects. Ask again.
+                return False
 
         wait_until(ready, timeout_s=90, what="The Celery worker")
 
