@@ -269,8 +269,9 @@ LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 60.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3)
 # How often the sweeper looks for generations a dead worker or a lost message left behind.
 GENERATION_SWEEP_INTERVAL_S = env_int("GENERATION_SWEEP_INTERVAL_S", 60)
-# Work still pending this long while the broker's queue is empty lost its message (a broker
-# restart): the sweeper enqueues it again. Must exceed the longest retry backoff (60 s).
+# Work still pending this long, while the broker holds fewer messages than there are such
+# rows, lost its message (a broker restart): the sweeper enqueues it again. Must exceed the
+# longest retry backoff (60 s).
 GENERATION_LOST_AFTER_S = env_int("GENERATION_LOST_AFTER_S", 120)
 
 # acks_late redelivers a task whose worker died only after the visibility timeout: it must

@@ -16,14 +16,17 @@ class Sweep:
     generate: list[int]  # candidate ids to generate again
 
 
-def generations_sweep(*, broker_idle: bool) -> Sweep:
+def generations_sweep(*, broker_backlog: int) -> Sweep:
     """Finds generation work that no task will finish, and says what to enqueue again.
 
     A running row whose lease expired lost its worker (killed, out of memory): it is claimable
     again (and a candidate out of attempts fails when its task claims it). A pending row has a
-    message in the broker, unless the broker lost it (a restart); that is only knowable when
-    the broker's queue is empty (`broker_idle`) and the row has waited longer than any retry
-    would. Enqueuing twice is harmless: every task claims its row with a conditional UPDATE.
+    message in the broker, unless the broker lost it (a restart). Rows that have waited longer
+    than any retry would are stale; when the broker holds fewer messages (`broker_backlog`)
+    than there are stale rows, some of their messages are certainly lost, and all of them are
+    enqueued again. Counting rather than asking for an empty broker: the periodic tasks'
+    own messages pass through the queues every second. Enqueuing twice is harmless: every
+    task claims its row with a conditional UPDATE.
     """
     now = timezone.now()
     generate = set(
@@ -36,19 +39,21 @@ def generations_sweep(*, broker_idle: bool) -> Sweep:
             status=Generation.Status.PREPARING, lease_expires_at__lt=now
         ).values_list("pk", flat=True)
     )
-    if broker_idle:
-        lost_before = now - timedelta(seconds=settings.GENERATION_LOST_AFTER_S)
-        prepare |= set(
-            Generation.objects.filter(
-                status=Generation.Status.PENDING, created_at__lt=lost_before
-            ).values_list("pk", flat=True)
+    lost_before = now - timedelta(seconds=settings.GENERATION_LOST_AFTER_S)
+    stale_prepare = set(
+        Generation.objects.filter(
+            status=Generation.Status.PENDING, created_at__lt=lost_before
+        ).values_list("pk", flat=True)
+    )
+    stale_generate = set(
+        Candidate.objects.filter(
+            status=Candidate.Status.PENDING, generation__status=Generation.Status.RUNNING
         )
-        generate |= set(
-            Candidate.objects.filter(
-                status=Candidate.Status.PENDING, generation__status=Generation.Status.RUNNING
-            )
-            .annotate(waiting_since=Coalesce("started_at", "generation__prepared_at"))
-            .filter(waiting_since__lt=lost_before)
-            .values_list("pk", flat=True)
-        )
+        .annotate(waiting_since=Coalesce("started_at", "generation__prepared_at"))
+        .filter(waiting_since__lt=lost_before)
+        .values_list("pk", flat=True)
+    )
+    if broker_backlog < len(stale_prepare) + len(stale_generate):
+        prepare |= stale_prepare
+        generate |= stale_generate
     return Sweep(prepare=sorted(prepare), generate=sorted(generate))

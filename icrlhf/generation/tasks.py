@@ -77,9 +77,9 @@ def broker_backlog() -> int:
 @shared_task(name="generation.sweep")
 def generations_sweep() -> None:
     """Periodic: re-enqueue generation work a dead worker or a lost message left behind."""
-    sweep = recovery.generations_sweep(broker_idle=broker_backlog() == 0)
+    sweep = recovery.generations_sweep(broker_backlog=broker_backlog())
     # At the default priority, 0, served first: this work is overdue, and there is little of
-    # it (the broker was idle, or a worker died holding it).
+    # it (the broker lost it, or a worker died holding it).
     for generation_id in sweep.prepare:
         generation_prepare.delay(generation_id)
     for candidate_id in sweep.generate:

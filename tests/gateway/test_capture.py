@@ -154,7 +154,7 @@ def test_a_lost_capture_is_swept_and_a_broker_outage_loses_nothing(
     generation = lost.item.generations.get()
     assert generation.status == "pending"
     settings.GENERATION_LOST_AFTER_S = 0
-    assert recovery.generations_sweep(broker_idle=True).prepare == [generation.pk]
+    assert recovery.generations_sweep(broker_backlog=0).prepare == [generation.pk]
 
 
 def test_a_call_whose_item_was_deleted_is_not_captured_again() -> None:
