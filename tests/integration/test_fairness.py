@@ -63,7 +63,11 @@ def test_an_item_in_another_queue_is_not_starved_by_a_flooded_queue(
     flooded_s = _wall_s(item_create(queue=other, input_text="My card is late", created_by=person))
     waiting = Item.objects.filter(pk__in=[i.pk for i in flood]).exclude(status=Item.Status.READY)
 
-    assert flooded_s <= 2 * idle_s, f"idle {idle_s:.2f} s, during the flood {flooded_s:.2f} s"
+    # Starved, it would wait for most of the flood's 12 s of work; served fairly, it waits at
+    # most a few LLM calls for a worker thread to come free (its 4 candidates and its
+    # preparation each queue for one).
+    bound = idle_s + 4 * LATENCY_S
+    assert flooded_s <= bound, f"idle {idle_s:.2f} s, during the flood {flooded_s:.2f} s"
     assert waiting.count() > FLOOD_ITEMS // 2  # most of the flood was still ahead of it
 
     # Call the flood off so the next tests find an idle worker and an empty broker.
