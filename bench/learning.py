@@ -4,10 +4,11 @@ simulated reviewer's comparison, statistics and the chart."""
 import csv
 import random
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from icrlhf.generation import calibration
 from icrlhf.insights.charts import Series, line_chart
 from icrlhf.insights.stats import two_proportion_p, wilson
 
@@ -79,6 +80,65 @@ def significance(counts_by_size: dict[int, Counts]) -> dict[str, dict[str, float
         }
         for before, after in zip(sizes, sizes[1:], strict=False)
     }
+
+
+THRESHOLDS = (0.8, 0.9, 0.95)
+CURVE_THRESHOLDS = tuple(round(0.5 + 0.05 * step, 2) for step in range(10)) + (0.99,)
+TARGET_PRECISION = 0.95
+
+
+def confidence_summary(
+    confidences: list[float], right: list[bool], history_curve: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """How far the first candidate's confidence can be trusted: its reliability table, the
+    expected calibration error, precision and coverage at a few thresholds, the share of
+    items that could be automated at 95% precision (the threshold chosen on these items,
+    which flatters it), and what the threshold a curator would pick from the queue's own
+    curve (`history_curve`: the lowest with 95% precision there) gives on these items."""
+    if not confidences:
+        return {"calibrated_n": 0}
+    coverage, threshold = calibration.coverage_at_precision(confidences, right, TARGET_PRECISION)
+    picked = next(
+        (
+            p["threshold"]
+            for p in history_curve
+            if p["precision"] is not None and p["precision"] >= TARGET_PRECISION
+        ),
+        None,
+    )
+    at_picked = (
+        asdict(calibration.precision_coverage(confidences, right, [picked])[0])
+        if picked is not None
+        else None
+    )
+    return {
+        "calibrated_n": len(confidences),
+        "ece": calibration.expected_calibration_error(confidences, right),
+        "reliability": [asdict(b) for b in calibration.reliability(confidences, right)],
+        "thresholds": [
+            asdict(p) for p in calibration.precision_coverage(confidences, right, THRESHOLDS)
+        ],
+        "coverage_at_95_precision": coverage,
+        "threshold_at_95_precision": threshold,
+        "at_history_threshold": at_picked,
+        "curve": [
+            asdict(p) for p in calibration.precision_coverage(confidences, right, CURVE_THRESHOLDS)
+        ],
+    }
+
+
+def confidence_curve_svg(size: int, row: dict[str, Any]) -> str:
+    """Precision and coverage of the first candidate against the confidence threshold."""
+    curve = row["curve"]
+    return line_chart(
+        title=f"Automating the first candidate at {size} stored decisions (held out)",
+        x_labels=[f"{p['threshold']:.2f}" for p in curve],
+        x_title="confidence threshold",
+        series=[
+            Series("precision", "#1d7a3a", [p["precision"] for p in curve]),
+            Series("coverage", "#0b5cad", [p["coverage"] for p in curve]),
+        ],
+    )
 
 
 def curve_svg(sizes: list[int], results: dict[str, dict[str, Any]]) -> str:

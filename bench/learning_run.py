@@ -10,17 +10,28 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from bench.learning import Counts, Labelled, banking77_split, label_of, significance, summarise
-from icrlhf.generation.models import Candidate
+from bench.learning import (
+    Counts,
+    Labelled,
+    banking77_split,
+    confidence_summary,
+    label_of,
+    significance,
+    summarise,
+)
+from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.prompts import PromptExample, messages_build
+from icrlhf.generation.ranking import calibration_latest
 from icrlhf.generation.services import item_create
 from icrlhf.integrations import llm
 from icrlhf.memory.models import Example
 from icrlhf.ops.stack import wait_until
 from icrlhf.queues.models import Item, Queue
+from icrlhf.review.calibrations import calibration_fit
 from icrlhf.review.decisions import decision_record
 
 MAX_TOKENS = 12  # An intent label is a few tokens; more only adds chatter.
+LEARNING_STEP = 50  # decisions between two refits of the calibration
 
 
 @dataclass(frozen=True)
@@ -86,22 +97,28 @@ def _generate(bench: Bench, queue: Queue, rows: list[Labelled], n: int | None = 
         for row in rows
     ]
     wait_until(
-        lambda: not Item.objects.filter(pk__in=ids, status=Item.Status.GENERATING).exists(),
+        lambda: (
+            not Item.objects.filter(pk__in=ids, status=Item.Status.GENERATING).exists()
+            and not Generation.objects.filter(
+                item_id__in=ids, status=Generation.Status.DONE, ranked_at__isnull=True
+            ).exists()
+        ),
         timeout_s=3600,
-        what="generation",
+        what="generation and ranking",
     )
     return list(Item.objects.filter(pk__in=ids).order_by("pk"))
 
 
 def _candidates(item: Item) -> list[Candidate]:
-    """Done candidates in the order the system ranks them: memory's answers, nearest first,
-    then the model's (the reviewer sees them shuffled)."""
-    return list(item.generations.get().candidates.filter(status="done").order_by("pk"))
+    """Done candidates in the order the system ranks them, as reviewers see them."""
+    return list(item.generations.get().candidates.filter(status="done").order_by("position"))
 
 
 def _learn(bench: Bench, rows: list[Labelled]) -> None:
-    """The simulated reviewer: picks the candidate naming the gold intent, or edits one to it."""
-    items = _generate(bench, bench.queue, rows, n=1)
+    """The simulated reviewer: picks the candidate naming the gold intent, or edits one to it.
+    Then the queue's calibration is refitted on every decision so far, as the worker's
+    periodic refit would."""
+    items = _generate(bench, bench.queue, rows)
     for item, row in zip(items, rows, strict=True):
         candidates = _candidates(item)
         if not candidates:
@@ -119,18 +136,32 @@ def _learn(bench: Bench, rows: list[Labelled]) -> None:
         timeout_s=600,
         what="indexing",
     )
+    calibration_fit(queue=bench.queue)
 
 
-def _evaluate(bench: Bench, *, memory_size: int) -> tuple[Counts, float]:
-    """Scores the held-out messages, generated through the product; also returns the share
-    of candidates that came from memory (LLM calls saved)."""
+@dataclass
+class Evaluation:
+    counts: Counts
+    llm_calls_saved: float
+    confidences: list[float]  # the first candidate's, where the queue was calibrated
+    first_right: list[bool]
+
+
+def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
+    """Scores the held-out messages, generated through the product: the rates, the share of
+    candidates that came from memory (LLM calls saved), and the first candidate's
+    confidence against whether it was right."""
     first = accepted = llm_right = llm_total = knn = gold_retrieved = 0
     from_memory = total_candidates = 0
+    confidences, first_right = [], []
     items = _generate(bench, bench.queue, bench.held_out)
     for item, row in zip(items, bench.held_out, strict=True):
         candidates = _candidates(item)
         named = [label_of(c.text, bench.labels) for c in candidates]
         first += bool(named) and named[0] == row.label
+        if candidates and candidates[0].confidence is not None:
+            confidences.append(candidates[0].confidence)
+            first_right.append(named[0] == row.label)
         accepted += row.label in named
         model_named = [n for n, c in zip(named, candidates, strict=True) if c.source == "llm"]
         if model_named:
@@ -153,7 +184,12 @@ def _evaluate(bench: Bench, *, memory_size: int) -> tuple[Counts, float]:
         "knn_top1": (knn, measured_n),
         "gold_retrieved": (gold_retrieved, measured_n),
     }
-    return counts, from_memory / total_candidates if total_candidates else 0.0
+    return Evaluation(
+        counts=counts,
+        llm_calls_saved=from_memory / total_candidates if total_candidates else 0.0,
+        confidences=confidences,
+        first_right=first_right,
+    )
 
 
 def _no_retrieval(bench: Bench) -> tuple[int, int]:
@@ -196,21 +232,34 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
     rng = random.Random(options["seed"])
     no_retrieval = _no_retrieval(bench)  # does not depend on memory: measured once
     counts_by_size: dict[int, Counts] = {}
-    saved_by_size: dict[int, float] = {}
+    extra_by_size: dict[int, dict[str, Any]] = {}
     stored = 0
     for size in sizes:
-        _learn(bench, bench.stream[stored:size])
+        # In steps of LEARNING_STEP, each generated with the memory the steps before left
+        # and followed by a refit, as traffic and the periodic refit go in production (one
+        # batch would generate all of them with the memory of the size before).
+        for start in range(stored, size, LEARNING_STEP):
+            _learn(bench, bench.stream[start : min(size, start + LEARNING_STEP)])
         stored = size
-        counts, saved_by_size[size] = _evaluate(bench, memory_size=size)
+        evaluation = _evaluate(bench, memory_size=size)
+        calibration = calibration_latest(queue_id=bench.queue.pk)
         control_rows = bench.held_out[: options["control"]] if size else []
         counts_by_size[size] = {
-            **counts,
+            **evaluation.counts,
             "no_retrieval": no_retrieval,
             "random_examples": _random_examples(bench, control_rows, rng),
         }
+        extra_by_size[size] = {
+            "llm_calls_saved": evaluation.llm_calls_saved,
+            **confidence_summary(
+                evaluation.confidences,
+                evaluation.first_right,
+                history_curve=calibration.curve if calibration else [],
+            ),
+        }
     return {
         "sizes": {
-            str(size): {**summarise(counts), "llm_calls_saved": saved_by_size[size]}
+            str(size): {**summarise(counts), **extra_by_size[size]}
             for size, counts in counts_by_size.items()
         },
         "significance": significance(counts_by_size),

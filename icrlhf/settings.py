@@ -259,6 +259,7 @@ CELERY_TASK_QUEUES: dict[str, dict[str, str]] = {
 CELERY_TASK_ROUTES = {
     "memory.*": {"queue": CELERY_MEMORY_QUEUE},
     "generation.prepare": {"queue": CELERY_MEMORY_QUEUE},
+    "generation.rank": {"queue": CELERY_MEMORY_QUEUE},  # it embeds
 }
 
 # --- LLM (any litellm model) ----------------------------------------------------------------
@@ -304,6 +305,8 @@ QDRANT_COLLECTION_PREFIX = env_str("QDRANT_COLLECTION_PREFIX", "icrlhf")
 MEMORY_SWEEP_INTERVAL_S = env_int("MEMORY_SWEEP_INTERVAL_S", 60)
 # How often low-utility examples are retired (thresholds are per queue).
 MEMORY_PRUNE_INTERVAL_S = env_int("MEMORY_PRUNE_INTERVAL_S", 3600)
+# How often queues with new decisions get their ranking's confidence refitted.
+CALIBRATION_REFIT_INTERVAL_S = env_int("CALIBRATION_REFIT_INTERVAL_S", 300)
 
 # --- The gateway: the OpenAI-compatible endpoint applications call ------------------------------
 # Requests per minute per token (counted atomically in the cache, like the API's).

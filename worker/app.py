@@ -42,6 +42,11 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
         sender.signature("memory.examples_prune"),
         name="retire low-utility examples",
     )
+    sender.add_periodic_task(
+        settings.CALIBRATION_REFIT_INTERVAL_S,
+        sender.signature("review.calibrations_refit"),
+        name="refit the confidence of queues with new decisions",
+    )
 
 
 @worker_ready.connect

@@ -1,7 +1,7 @@
 from django import forms
 
 from icrlhf.queues.models import Queue
-from icrlhf.queues.services import ROUTING_FIELDS
+from icrlhf.queues.services import AUTOMATION_FIELDS, GATEWAY_FIELDS, ROUTING_FIELDS
 
 
 class RoutingForm(forms.ModelForm[Queue]):
@@ -13,4 +13,11 @@ class RoutingForm(forms.ModelForm[Queue]):
         widgets = {
             "capture_below_similarity": forms.NumberInput(attrs={"step": "0.01"}),
             "memory_answer_threshold": forms.NumberInput(attrs={"step": "0.01"}),
+            "auto_apply_threshold": forms.NumberInput(attrs={"step": "0.01"}),
         }
+
+    def gateway_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in GATEWAY_FIELDS]
+
+    def automation_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in AUTOMATION_FIELDS]

@@ -6,6 +6,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from icrlhf.gateway.forms import RoutingForm
+from icrlhf.generation.ranking import calibration_latest
 from icrlhf.queues.access import can_curate, queue_for_member
 from icrlhf.queues.models import Queue
 from icrlhf.queues.selectors import captured_waiting
@@ -36,6 +37,7 @@ def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
             for change in queue.routing_changes.select_related("changed_by")[:20]
         ],
         "captured_waiting": captured_waiting(queue=queue),
+        "calibration": calibration_latest(queue_id=queue.pk),
     }
     return render(request, "gateway/routing.html", context, status=400 if form.errors else 200)
 

@@ -1,6 +1,36 @@
 from django.db import models
 
-from icrlhf.queues.models import Item
+from icrlhf.queues.models import Item, Queue
+
+
+class Calibration(models.Model):
+    """A queue's model of how likely reviewers are to accept a candidate as it is, fitted on
+    its decided items (see `ranking.py`); the newest one ranks new generations."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="calibrations")
+    features = models.JSONField(help_text="The features' names, in the coefficients' order.")
+    coefficients = models.JSONField(
+        help_text="The ranking's score: a logistic regression over candidates, intercept first."
+    )
+    top_coefficients = models.JSONField(
+        help_text="The confidence: a logistic fit of the top candidate's score, intercept first."
+    )
+    items = models.PositiveIntegerField(help_text="Decided items it was fitted on.")
+    candidates = models.PositiveIntegerField()
+    accepted_share = models.FloatField(help_text="Share of those items whose top was accepted.")
+    ece = models.FloatField(
+        null=True, help_text="Expected calibration error of the top candidate, out of fold."
+    )
+    # Out of fold, for each threshold: the precision and the share of items it would automate.
+    curve = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        get_latest_by = "created_at"
+
+    def __str__(self) -> str:
+        return f"Calibration of {self.queue} on {self.items} items"
 
 
 class Generation(models.Model):
@@ -22,6 +52,14 @@ class Generation(models.Model):
     messages = models.JSONField(default=list, help_text="The exact messages sent to the model.")
     retrieval_error = models.TextField(blank=True)
     retrieval_ms = models.PositiveIntegerField(null=True, blank=True)
+    # For the ranking: the nearest stored preferred examples ({score, answer_key}), and how
+    # many preferred examples the queue had.
+    neighbours = models.JSONField(default=list, blank=True)
+    stored_examples = models.PositiveIntegerField(default=0)
+    ranked_at = models.DateTimeField(null=True, blank=True)
+    calibration = models.ForeignKey(
+        Calibration, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     prepared_at = models.DateTimeField(null=True, blank=True)
@@ -51,7 +89,8 @@ class Candidate(models.Model):
         MEMORY = "memory", "Memory"
 
     generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="candidates")
-    # Shuffled display order, stored so every reviewer and every reload sees the same order.
+    # Display order, stored so every reviewer and every reload sees the same order: shuffled,
+    # then best first once the generation is ranked.
     position = models.PositiveSmallIntegerField()
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.LLM)
@@ -65,6 +104,10 @@ class Candidate(models.Model):
     # Triage: the category, priority and reply parsed out of `text`, or why they could not be.
     fields = models.JSONField(null=True, blank=True)
     parse_error = models.TextField(blank=True)
+    # Set by the ranking: what it knew of this answer, and the calibrated probability that a
+    # reviewer accepts it as it is (empty until the queue has a calibration).
+    ranking_features = models.JSONField(null=True, blank=True)
+    confidence = models.FloatField(null=True, blank=True)
     error = models.TextField(blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     lease_expires_at = models.DateTimeField(null=True, blank=True)

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from icrlhf.generation import tasks
+from icrlhf.generation import ranking, signals, tasks
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.prompts import PromptExample, messages_build
 from icrlhf.integrations import llm
@@ -83,7 +83,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             query_text=item.input_text,
             k=queue.k_examples,
             token_budget=queue.example_token_budget,
-            pool=MEMORY_NEIGHBOURS if queue.memory_candidates else 0,
+            pool=MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
         )
     except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
         # Better an answer without memory than no answer: the reviewer sees why.
@@ -107,6 +107,11 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             messages=messages,
             retrieval_error=retrieval_error,
             retrieval_ms=retrieval_ms,
+            neighbours=[
+                {"score": hit.score, "answer_key": ranking.answer_key(hit.example.output_text)}
+                for hit in recall.neighbours
+            ],
+            stored_examples=memory_selectors.preferred_count(queue=queue),
             prepared_at=timezone.now(),
             lease_expires_at=None,
         )
@@ -283,8 +288,25 @@ def generation_finish_if_complete(*, generation_id: int) -> None:
             finished_at=timezone.now(),
         )
         if flipped:
-            item_id = Generation.objects.values_list("item_id", flat=True).get(pk=generation_id)
+            item_id, queue_id = Generation.objects.values_list("item_id", "item__queue_id").get(
+                pk=generation_id
+            )
             Item.objects.filter(pk=item_id, status=Item.Status.GENERATING).update(
                 status=Item.Status.READY if any_done else Item.Status.FAILED,
                 updated_at=timezone.now(),
             )
+        if flipped and any_done:
+            # In the memory worker, which embeds, at its queue's fair priority (a flood's
+            # rankings do not go ahead of other queues' work). The item is ready meanwhile:
+            # unranked, its candidates keep their shuffled order, as before ranking existed.
+            priority = fair_priority(generation_id=generation_id, queue_id=queue_id)
+            transaction.on_commit(
+                lambda: tasks.generation_rank.apply_async((generation_id,), priority=priority),
+                robust=True,
+            )
+
+
+def generation_rank(*, generation_id: int) -> None:
+    """Rank a finished generation, then say so: the review app may apply its first candidate."""
+    if ranking.generation_rank(generation_id=generation_id):
+        signals.generation_ranked.send(sender=Generation, generation_id=generation_id)

@@ -14,6 +14,7 @@ from icrlhf.generation.models import Candidate, Generation
 class Sweep:
     prepare: list[int]  # generation ids to prepare again
     generate: list[int]  # candidate ids to generate again
+    rank: list[int]  # finished generation ids to rank again
 
 
 def generations_sweep(*, broker_backlog: int) -> Sweep:
@@ -53,7 +54,19 @@ def generations_sweep(*, broker_backlog: int) -> Sweep:
         .filter(waiting_since__lt=lost_before)
         .values_list("pk", flat=True)
     )
-    if broker_backlog < len(stale_prepare) + len(stale_generate):
-        prepare |= stale_prepare
-        generate |= stale_generate
-    return Sweep(prepare=sorted(prepare), generate=sorted(generate))
+    # Within a day: older finished generations were never ranked (they predate ranking).
+    stale_rank = set(
+        Generation.objects.filter(
+            status=Generation.Status.DONE,
+            ranked_at__isnull=True,
+            finished_at__lt=lost_before,
+            finished_at__gt=now - timedelta(days=1),
+        ).values_list("pk", flat=True)
+    )
+    if broker_backlog >= len(stale_prepare) + len(stale_generate) + len(stale_rank):
+        stale_prepare, stale_generate, stale_rank = set(), set(), set()
+    return Sweep(
+        prepare=sorted(prepare | stale_prepare),
+        generate=sorted(generate | stale_generate),
+        rank=sorted(stale_rank),
+    )

@@ -157,8 +157,9 @@ def candidate_retry(*, candidate_id: int) -> None:
     )
     if not retried:
         raise ValidationError("Only a failed candidate can be retried.")
+    # Ranked again once it is back: a candidate that arrives late is ranked with the others.
     Generation.objects.filter(pk=candidate.generation_id).update(
-        status=Generation.Status.RUNNING, finished_at=None
+        status=Generation.Status.RUNNING, finished_at=None, ranked_at=None
     )
     Item.objects.filter(pk=candidate.generation.item_id, status=Item.Status.FAILED).update(
         status=Item.Status.GENERATING

@@ -60,6 +60,11 @@ def candidate_generate(candidate_id: int) -> None:
     pipeline.candidate_generate(candidate_id=candidate_id)
 
 
+@shared_task(name="generation.rank")
+def generation_rank(generation_id: int) -> None:
+    pipeline.generation_rank(generation_id=generation_id)
+
+
 def broker_backlog() -> int:
     """Messages waiting in the broker queues the workers consume (generation work waits in
     both: candidates in the default queue, preparations in the memory queue)."""
@@ -84,9 +89,12 @@ def generations_sweep() -> None:
         generation_prepare.delay(generation_id)
     for candidate_id in sweep.generate:
         candidate_generate.delay(candidate_id)
-    if sweep.prepare or sweep.generate:
+    for generation_id in sweep.rank:
+        generation_rank.delay(generation_id)
+    if sweep.prepare or sweep.generate or sweep.rank:
         logger.warning(
-            "Generation sweep: %d generations and %d candidates enqueued again",
+            "Generation sweep: %d generations, %d candidates and %d rankings enqueued again",
             len(sweep.prepare),
             len(sweep.generate),
+            len(sweep.rank),
         )

@@ -16,6 +16,7 @@ from icrlhf.generation.services import item_create_once
 from icrlhf.ingest.auth import token_of
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.ingest.schemas import (
+    AutomationOut,
     BatchIn,
     CandidateOut,
     DecisionOut,
@@ -28,6 +29,7 @@ from icrlhf.ingest.schemas import (
 )
 from icrlhf.kinds import kind_of
 from icrlhf.queues.models import Item, Queue
+from icrlhf.review.models import Automation, Decision
 from icrlhf.review.selectors import item_outcome
 from icrlhf.triage.services import ticket_create
 
@@ -187,7 +189,7 @@ _SUBJECT_MAX = Item._meta.get_field("subject").max_length or 500
 
 def _item_out(item: Item, created: bool) -> ItemOut:
     outcome = item_outcome(item=item)
-    decision = outcome.decision
+    decision, automation = outcome.decision, outcome.automation
     return ItemOut(
         id=item.pk,
         external_id=item.external_id,
@@ -205,6 +207,7 @@ def _item_out(item: Item, created: bool) -> ItemOut:
                 served=c.served,
                 text=c.text,
                 fields=c.fields,
+                confidence=c.confidence,
             )
             for c in outcome.candidates
         ],
@@ -216,13 +219,30 @@ def _item_out(item: Item, created: bool) -> ItemOut:
             final_fields=decision.final_fields,
             decided_at=decision.created_at,
         ),
-        final_text=None
-        if decision is None or decision.verdict == decision.Verdict.NONE_ACCEPTABLE
-        else kind_of(item.queue).example_text(
-            text=decision.final_text, fields=decision.final_fields
+        automation=None
+        if automation is None
+        else AutomationOut(
+            candidate_id=automation.candidate_id,
+            confidence=automation.confidence,
+            audit=automation.audit,
+            applied_at=automation.created_at,
+            undone_at=automation.undone_at,
         ),
+        final_text=_final_text(item, decision, automation),
         created=created,
     )
+
+
+def _final_text(item: Item, decision: Decision | None, automation: Automation | None) -> str | None:
+    """The reviewers' answer; before any, what was applied without review (if not undone)."""
+    kind = kind_of(item.queue)
+    if decision is not None:
+        if decision.verdict == decision.Verdict.NONE_ACCEPTABLE:
+            return None
+        return kind.example_text(text=decision.final_text, fields=decision.final_fields)
+    if automation is not None and automation.undone_at is None:
+        return kind.example_text(text=automation.final_text, fields=automation.final_fields)
+    return None
 
 
 @items_router.post(

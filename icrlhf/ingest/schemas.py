@@ -135,6 +135,11 @@ class CandidateOut(Schema):
     served: bool = Field(..., description="The answer an application got (a captured call).")
     text: str
     fields: dict[str, str] | None
+    confidence: float | None = Field(
+        ...,
+        description="Calibrated probability that reviewers accept it as it is (null until "
+        "the queue is calibrated); candidates are numbered best first.",
+    )
 
 
 class DecisionOut(Schema):
@@ -144,15 +149,31 @@ class DecisionOut(Schema):
     decided_at: datetime
 
 
+class AutomationOut(Schema):
+    candidate_id: int
+    confidence: float
+    audit: bool = Field(..., description="Applied, and sampled for review all the same.")
+    applied_at: datetime
+    undone_at: datetime | None
+
+
 class ItemOut(Schema):
     id: int
     external_id: str
     source: str
-    status: str = Field(..., description="generating, ready, decided or failed.")
+    status: str = Field(
+        ..., description="generating, ready, decided, automated (applied without review) or failed."
+    )
     input: str
     metadata: dict[str, Any]
     created_at: datetime
     candidates: list[CandidateOut] = Field(..., description="Of its latest generation.")
     decision: DecisionOut | None = Field(..., description="The first standing decision.")
-    final_text: str | None = Field(..., description="What reviewers settled on, once decided.")
+    automation: AutomationOut | None = Field(
+        ..., description="Its last automatic application, if the queue applied one."
+    )
+    final_text: str | None = Field(
+        ...,
+        description="What reviewers settled on once decided, or what was applied without review.",
+    )
     created: bool = Field(False, description="False when the external id was already known.")

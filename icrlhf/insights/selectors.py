@@ -3,7 +3,7 @@
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 
 from django.db.models import Count, Max, Q, QuerySet
 from django.db.models.functions import TruncDate
@@ -14,7 +14,8 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.insights.stats import two_proportion_p, wilson
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
-from icrlhf.review.models import Decision
+from icrlhf.review.automation import audit_agreed
+from icrlhf.review.models import Automation, Decision
 
 # A generation "found something relevant" when its best retrieved example is at least this
 # similar (cosine, all-MiniLM-L6-v2): paraphrases of one request score well above it.
@@ -135,6 +136,29 @@ class Holdout:
 
 
 @dataclass(frozen=True)
+class AutomationDay:
+    ranked: int  # items whose candidates were ranked that day
+    automated: int  # of which applied without review
+    audit: Arm  # audited automations (by the day they were applied): kept as applied
+
+    @property
+    def share(self) -> float | None:
+        return self.automated / self.ranked if self.ranked else None
+
+
+@dataclass(frozen=True)
+class AutomationBoard:
+    """What the queue applies without review, and how right it is where audited."""
+
+    automated: int  # standing (not undone)
+    undone: int
+    audit: Arm
+    by_day: list[AutomationDay]
+    # The threshold's history, newest first: (when, who, old, new).
+    thresholds: list[tuple[datetime, str, float | None, float | None]]
+
+
+@dataclass(frozen=True)
 class Dashboard:
     days: list[date]
     totals: Window
@@ -144,6 +168,7 @@ class Dashboard:
     retrieval: Retrieval
     serving: Serving
     holdout: Holdout
+    automation: AutomationBoard
 
 
 def _decisions(queue: Queue, days: list[date]) -> tuple[Window, list[Window], list[Window]]:
@@ -308,6 +333,44 @@ def _holdout(queue: Queue, days: list[date]) -> Holdout:
     )
 
 
+def _automation(queue: Queue, days: list[date]) -> AutomationBoard:
+    since = timezone.make_aware(datetime.combine(days[0], datetime.min.time()))
+    ranked: dict[date, int] = defaultdict(int)
+    for ranked_at in Generation.objects.filter(item__queue=queue, ranked_at__gte=since).values_list(
+        "ranked_at", flat=True
+    ):
+        ranked[timezone.localdate(ranked_at)] += 1
+    automated: dict[date, int] = defaultdict(int)
+    audits = {day: Arm() for day in days}
+    totals, undone = Arm(), 0
+    for automation in Automation.objects.filter(
+        item__queue=queue, created_at__gte=since
+    ).select_related("audit_decision"):
+        day = timezone.localdate(automation.created_at)
+        if automation.undone_at is not None:
+            undone += 1
+            continue
+        automated[day] += 1
+        agreed = audit_agreed(automation)
+        if agreed is None:
+            continue
+        for arm in (totals, *([audits[day]] if day in audits else [])):
+            arm.reviewed += 1
+            arm.accepted += agreed
+    changes = [
+        (change.changed_at, str(change.changed_by or "someone since deleted"), *pair)
+        for change in queue.routing_changes.select_related("changed_by")
+        if (pair := change.changes.get("auto_apply_threshold"))
+    ]
+    return AutomationBoard(
+        automated=sum(automated.values()),
+        undone=undone,
+        audit=totals,
+        by_day=[AutomationDay(ranked[day], automated[day], audits[day]) for day in days],
+        thresholds=changes,
+    )
+
+
 def queue_calls(*, queue: Queue) -> QuerySet[Call]:
     """The queue's gateway calls, newest first."""
     return Call.objects.filter(queue=queue).order_by("-created_at", "-pk")
@@ -326,4 +389,5 @@ def queue_dashboard(*, queue: Queue) -> Dashboard:
         retrieval=_retrieval(queue, days),
         serving=_serving(queue, days),
         holdout=_holdout(queue, days),
+        automation=_automation(queue, days),
     )

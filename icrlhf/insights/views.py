@@ -113,6 +113,20 @@ def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
         ),
         **_serving_charts(board.serving.by_day, day_labels),
         "holdout": _holdout_chart(board.holdout, day_labels),
+        "automation": line_chart(
+            title="Applied without review, and audited precision (95% intervals)",
+            x_title="day",
+            x_labels=day_labels,
+            series=[
+                Series("share automated", "#0b5cad", [d.share for d in board.automation.by_day]),
+                Series(
+                    "audited precision",
+                    "#1d7a3a",
+                    [d.audit.rate for d in board.automation.by_day],
+                    [d.audit.interval for d in board.automation.by_day],
+                ),
+            ],
+        ),
         "retrieval": line_chart(
             title="Generations whose retrieval found a relevant example",
             x_title="day",

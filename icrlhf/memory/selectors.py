@@ -203,3 +203,12 @@ def _within_budget(
         used_tokens += tokens
         chosen.append(RetrievedExample(example=example, score=score, rank=len(chosen) + 1))
     return chosen
+
+
+def preferred_count(*, queue: Queue) -> int:
+    """How many preferred examples the queue's memory holds for retrieval (active or pinned)."""
+    return Example.objects.filter(
+        queue=queue,
+        role=Example.Role.PREFERRED,
+        status__in=[Example.Status.ACTIVE, Example.Status.PINNED],
+    ).count()

@@ -85,6 +85,21 @@ class Queue(models.Model):
         help_text="This share of gateway calls is answered without memory, at random, to "
         "measure what memory is worth; the caller cannot tell.",
     )
+    auto_apply_threshold = models.FloatField(
+        "apply automatically at",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.5), MaxValueValidator(1.0)],
+        help_text="Items whose first candidate is at least this likely to be accepted (the "
+        "calibrated confidence) are applied without review. Empty: off.",
+    )
+    audit_percent = models.PositiveSmallIntegerField(
+        "audit share (%)",
+        default=10,
+        validators=[MaxValueValidator(100)],
+        help_text="This share of automatically applied items still goes to review, chosen at "
+        "random, to measure the automation's precision.",
+    )
     example_token_budget = models.PositiveIntegerField(
         default=1500, help_text="Retrieved examples are added whole until this budget is reached."
     )
@@ -148,6 +163,7 @@ class Item(models.Model):
         GENERATING = "generating", "Generating"
         READY = "ready", "Ready for review"
         DECIDED = "decided", "Decided"
+        AUTOMATED = "automated", "Applied automatically"
         FAILED = "failed", "Failed"
 
     class Source(models.TextChoices):

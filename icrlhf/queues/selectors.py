@@ -9,6 +9,7 @@ def queues_with_counts(*, queues: QuerySet[Queue]) -> QuerySet[Queue]:
         items_ready=Count("items", filter=Q(items__status=Item.Status.READY)),
         items_generating=Count("items", filter=Q(items__status=Item.Status.GENERATING)),
         items_decided=Count("items", filter=Q(items__status=Item.Status.DECIDED)),
+        items_automated=Count("items", filter=Q(items__status=Item.Status.AUTOMATED)),
     )
 
 

@@ -9,12 +9,15 @@ from icrlhf.queues.models import MAX_CANDIDATES, Queue, RoutingChange
 
 # How a queue's gateway calls are routed: what goes to review, what is held out, what memory
 # answers alone. Every change to these is audited (RoutingChange).
-ROUTING_FIELDS = (
+GATEWAY_FIELDS = (
     "capture_percent",
     "capture_below_similarity",
     "holdout_percent",
     "memory_answer_threshold",
 )
+AUTOMATION_FIELDS = ("auto_apply_threshold", "audit_percent")
+# Edited on the queue's routing page, each change audited (RoutingChange).
+ROUTING_FIELDS = GATEWAY_FIELDS + AUTOMATION_FIELDS
 
 
 def item_input_validate(*, input_text: str) -> str:

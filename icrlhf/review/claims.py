@@ -5,6 +5,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
@@ -153,7 +154,12 @@ def _refuse_if_held(item: Item, reviewer: User, action: str) -> None:
 def item_regenerate(*, item_id: int, reviewer: User) -> Generation:
     """A fresh set of candidates, unless another reviewer holds the item: their choice or
     edit would otherwise be refused for candidates replaced under them."""
-    _refuse_if_held(item_lock(item_id), reviewer, "regenerated")
+    item = item_lock(item_id)
+    _refuse_if_held(item, reviewer, "regenerated")
+    if item.automations.filter(undone_at__isnull=True).exists():
+        raise ValidationError(
+            "This item was applied automatically; undo that first, then regenerate."
+        )
     return generation_services.generation_regenerate(item_id=item_id)
 
 

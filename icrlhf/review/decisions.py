@@ -2,7 +2,7 @@
 kind, the decision webhook), settling an item once its reviewers have decided, and undo."""
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from itertools import combinations
 from typing import Any
 
@@ -20,7 +20,7 @@ from icrlhf.memory import services as memory_services
 from icrlhf.memory.curation import examples_usage_record
 from icrlhf.memory.services import ExampleDraft
 from icrlhf.queues.models import Item
-from icrlhf.review import tasks
+from icrlhf.review import automation, tasks
 from icrlhf.review.claims import (
     DecisionConflict,
     claim_ttl,
@@ -29,7 +29,7 @@ from icrlhf.review.claims import (
     reviewable,
     standing_decisions,
 )
-from icrlhf.review.models import Claim, Decision
+from icrlhf.review.models import Automation, Claim, Decision
 
 MAX_COMMENT_CHARS = 5_000
 
@@ -124,6 +124,7 @@ def decision_record(
         decision.replaced = kind.on_decision(item_id=item.pk, final=final)
         decision.save(update_fields=["replaced"])  # part of creating it, same transaction
     _webhook_on_commit(decision, kind.decided_event)
+    automation.audit_record(decision=decision)
     Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
     _item_settle(item)
     return decision
@@ -167,6 +168,7 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
     if decision.replaced is not None:
         _kind_undo(item, replaced=decision.replaced)
     _webhook_on_commit(decision, kind_of(item.queue).undone_event)
+    automation.audit_withdraw(decision=decision)
     _item_settle(item)
     Claim.objects.update_or_create(
         item=item, reviewer=reviewer, defaults={"expires_at": now + claim_ttl(), "skipped": False}
@@ -262,9 +264,11 @@ def _kind_undo(item: Item, *, replaced: dict[str, Any]) -> None:
 
 
 def _webhook_on_commit(decision: Decision, event: str) -> None:
-    queue = decision.item.queue
-    if queue.webhook_url and kind_of(queue).webhook_wanted(final_fields=decision.final_fields):
-        transaction.on_commit(lambda: tasks.decision_webhook.delay(decision.pk, event), robust=True)
+    automation.webhook_on_commit(
+        queue=decision.item.queue,
+        final_fields=decision.final_fields,
+        send=lambda: tasks.decision_webhook.delay(decision.pk, event),
+    )
 
 
 def decision_webhook_send(*, decision_id: int, event: str) -> None:
@@ -273,11 +277,61 @@ def decision_webhook_send(*, decision_id: int, event: str) -> None:
     decision = Decision.objects.select_related("item__queue", "reviewer", "chosen_candidate").get(
         pk=decision_id
     )
-    item, queue = decision.item, decision.item.queue
-    kind = kind_of(queue)
-    if not queue.webhook_url or (event == kind.decided_event and decision.superseded_at):
+    if event == kind_of(decision.item.queue).decided_event and decision.superseded_at:
         return
     chosen = decision.chosen_candidate
+    _webhook_post(
+        decision.item,
+        event=event,
+        verdict=decision.verdict,
+        final_text=decision.final_text,
+        final_fields=decision.final_fields,
+        # A captured gateway call: whether reviewers kept what the application was served.
+        served_accepted=(
+            decision.verdict == Decision.Verdict.CHOSEN and chosen is not None and chosen.served
+        ),
+        decision_id=decision.pk,
+        decided_by=decision.reviewer.get_username(),
+        decided_at=decision.created_at,
+        undone_at=decision.superseded_at,
+    )
+
+
+def automation_webhook_send(*, automation_id: int, event: str) -> None:
+    """The same message for an automatic application (`automated: true`, its confidence)."""
+    applied = Automation.objects.select_related("item__queue", "candidate").get(pk=automation_id)
+    if event == kind_of(applied.item.queue).decided_event and (
+        applied.undone_at or applied.audit_decision_id
+    ):
+        return  # undone (its undo follows), or an audit decided since (its decision was sent)
+    _webhook_post(
+        applied.item,
+        event=event,
+        verdict=Decision.Verdict.CHOSEN,
+        final_text=applied.final_text,
+        final_fields=applied.final_fields,
+        served_accepted=applied.candidate.served,
+        decision_id=None,
+        decided_by=None,
+        decided_at=applied.created_at,
+        undone_at=applied.undone_at,
+        automated=True,
+        confidence=applied.confidence,
+    )
+
+
+def _webhook_post(
+    item: Item,
+    *,
+    event: str,
+    final_fields: dict[str, Any] | None,
+    decided_at: datetime,
+    undone_at: datetime | None,
+    **fields: Any,
+) -> None:
+    queue = item.queue
+    if not queue.webhook_url:
+        return
     payload = {
         "event": event,
         "queue": queue.slug,
@@ -289,18 +343,12 @@ def decision_webhook_send(*, decision_id: int, event: str) -> None:
             "metadata": item.metadata,
             "status": item.status,
         },
-        "verdict": decision.verdict,
-        "final_text": decision.final_text,
-        "final_fields": decision.final_fields,
-        # A captured gateway call: whether reviewers kept what the application was served.
-        "served_accepted": (
-            decision.verdict == Decision.Verdict.CHOSEN and chosen is not None and chosen.served
-        ),
-        "decision_id": decision.pk,
-        "decided_by": decision.reviewer.get_username(),
-        "decided_at": decision.created_at.isoformat(),
-        "undone_at": decision.superseded_at.isoformat() if decision.superseded_at else None,
-        **kind.webhook_extra(item=item, final_fields=decision.final_fields),
+        "automated": False,
+        "final_fields": final_fields,
+        **fields,
+        "decided_at": decided_at.isoformat(),
+        "undone_at": undone_at.isoformat() if undone_at else None,
+        **kind_of(queue).webhook_extra(item=item, final_fields=final_fields),
     }
     webhooks.post_signed(
         url=queue.webhook_url, secret=queue.webhook_secret, event=event, payload=payload

@@ -96,3 +96,44 @@ class Claim(models.Model):
 
     def __str__(self) -> str:
         return f"Claim of item {self.item_id} by {self.reviewer_id} until {self.expires_at}"
+
+
+class Automation(models.Model):
+    """An item whose first candidate was applied without review, its calibrated confidence
+    being above the queue's threshold. Kept apart from reviewers' decisions: it is not a
+    preference, so it teaches the memory nothing and is not exported. An audited one stays in
+    review; the reviewer's decision there says whether the automation was right."""
+
+    item = models.ForeignKey(Item, on_delete=models.CASCADE, related_name="automations")
+    generation = models.ForeignKey(Generation, on_delete=models.CASCADE, related_name="+")
+    candidate = models.ForeignKey(Candidate, on_delete=models.PROTECT, related_name="+")
+    confidence = models.FloatField()
+    threshold = models.FloatField(help_text="The queue's threshold when it was applied.")
+    audit = models.BooleanField(help_text="Sampled to go to review all the same.")
+    final_text = models.TextField()
+    final_fields = models.JSONField(null=True, blank=True)
+    replaced = models.JSONField(
+        null=True, blank=True, help_text="What applying it changed (a ticket's fields), for undo."
+    )
+    audit_decision = models.ForeignKey(
+        Decision, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    undone_at = models.DateTimeField(null=True, blank=True)
+    undone_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # One standing automation per item; undone ones stay on record.
+            models.UniqueConstraint(
+                fields=["item"],
+                condition=models.Q(undone_at__isnull=True),
+                name="automation_one_standing_per_item",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Automation of item {self.item_id} at {self.confidence:.0%}"

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from icrlhf.generation.models import Candidate
 from icrlhf.queues.models import Item, Queue
-from icrlhf.review.models import Claim, Decision
+from icrlhf.review.models import Automation, Claim, Decision
 
 _MEDIAN_WINDOW = 200
 
@@ -29,6 +29,15 @@ def decisions_standing(*, item: Item) -> QuerySet[Decision]:
         item.decisions.standing()
         .select_related("reviewer", "chosen_candidate")
         .order_by("created_at")
+    )
+
+
+def automation_latest(*, item: Item) -> Automation | None:
+    """The item's last automatic application (standing, audited or undone), if any."""
+    return (
+        item.automations.select_related("candidate", "undone_by", "audit_decision__reviewer")
+        .order_by("-created_at", "-pk")
+        .first()
     )
 
 
@@ -73,6 +82,7 @@ class Outcome:
 
     candidates: list[Candidate]
     decision: Decision | None
+    automation: Automation | None
 
 
 def item_outcome(*, item: Item) -> Outcome:
@@ -80,4 +90,5 @@ def item_outcome(*, item: Item) -> Outcome:
     return Outcome(
         candidates=[] if generation is None else list(generation.candidates.order_by("position")),
         decision=item.decisions.standing().order_by("created_at").first(),
+        automation=automation_latest(item=item),
     )

@@ -13,6 +13,7 @@ urlpatterns = [
     path("items/<int:item_id>/decide/", views.decide, name="decide"),
     path("items/<int:item_id>/skip/", views.skip, name="skip"),
     path("decisions/<int:decision_id>/undo/", views.undo, name="undo"),
+    path("automations/<int:automation_id>/undo/", views.automation_undo, name="automation_undo"),
     path("items/<int:item_id>/regenerate/", views.item_regenerate, name="item_regenerate"),
     path("candidates/<int:candidate_id>/retry/", views.candidate_retry, name="candidate_retry"),
 ]

@@ -21,11 +21,12 @@ from icrlhf.generation.models import Candidate
 from icrlhf.kinds import kind_of
 from icrlhf.queues.access import can_review, queue_for_member, review_check
 from icrlhf.queues.models import Item, Queue
+from icrlhf.review import automation as review_automation
 from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
 from icrlhf.review import selectors
 from icrlhf.review.forms import DecisionForm
-from icrlhf.review.models import Decision
+from icrlhf.review.models import Automation, Decision
 
 # A decision said to take longer than a day comes from a stale page: its time is not recorded.
 _UNDO_SESSION_KEY = "review_undo_decision"
@@ -87,6 +88,13 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     if wants_claim and review_claims.claim_take(item_id=item.pk, reviewer=request.user):
         claims = list(selectors.claims_active(item=item))
         my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
+    automation = selectors.automation_latest(item=item)
+    blind = bool(
+        automation
+        and automation.audit
+        and automation.undone_at is None
+        and automation.audit_decision_id is None
+    )
     kind = kind_of(item.queue)
     candidates = (
         list(generation_selectors.generation_candidates(generation=generation))
@@ -114,6 +122,14 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
             generation_selectors.generation_retrievals(generation=generation) if generation else []
         ),
         "decisions": decisions,
+        "automation": automation,
+        # An audit looks like any other item until decided: it is not said to be applied.
+        "blind": blind,
+        "audit_agreed": automation and review_automation.audit_agreed(automation),
+        "can_undo_automation": reviewer
+        and automation is not None
+        and not automation.audit
+        and automation.undone_at is None,
         "my_decision": mine,
         "my_claim": my_claim,
         "other_claims": [c for c in claims if c.reviewer_id != request.user.pk],
@@ -231,6 +247,21 @@ def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
     request.session.pop(_UNDO_SESSION_KEY, None)
     messages.success(request, f"Undone: item {decision.item_id} is yours to decide again.")
     return redirect("review:item", item_id=decision.item_id)
+
+
+@require_POST
+def automation_undo(request: HtmxHttpRequest, automation_id: int) -> HttpResponse:
+    """A reviewer of the queue takes an automatic application back; the item goes to review."""
+    automation = get_object_or_404(Automation.objects.select_related("item"), pk=automation_id)
+    item = _item_for(request, automation.item_id)
+    review_check(request.user, item.queue)
+    try:
+        review_automation.automation_undo(automation_id=automation.pk, actor=request.user)
+    except review_claims.DecisionConflict as error:
+        messages.warning(request, str(error))
+    else:
+        messages.success(request, f"Undone: item {item.pk} is back in review.")
+    return redirect("review:item", item_id=item.pk)
 
 
 @require_POST

@@ -12,7 +12,12 @@ class TicketFilterForm(forms.Form):
     # The list's default is what still needs a reviewer; decided tickets on request.
     review = forms.ChoiceField(
         required=False,
-        choices=[("", "Waiting for review"), ("decided", "Decided"), ("all", "All tickets")],
+        choices=[
+            ("", "Waiting for review"),
+            ("decided", "Decided"),
+            ("automated", "Triaged automatically"),
+            ("all", "All tickets"),
+        ],
     )
     status = forms.ChoiceField(
         required=False, choices=[("", "Any status"), *Item.TicketStatus.choices]

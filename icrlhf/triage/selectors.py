@@ -22,9 +22,9 @@ def tickets_for_queue(*, queue: Queue, filters: Mapping[str, str]) -> list[Ticke
     items = queue.items.all()
     review = filters.get("review", "")
     if review == "":
-        items = items.exclude(status=Item.Status.DECIDED)
-    elif review == "decided":
-        items = items.filter(status=Item.Status.DECIDED)
+        items = items.exclude(status__in=[Item.Status.DECIDED, Item.Status.AUTOMATED])
+    elif review in {"decided", "automated"}:
+        items = items.filter(status=review)
     if filters.get("status"):
         items = items.filter(ticket_status=filters["status"])
     if filters.get("category"):

@@ -18,7 +18,7 @@ from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import CurationEvent, Example
 from icrlhf.queues.models import Queue
 from icrlhf.review.decisions import decision_record
-from icrlhf.review.models import Decision
+from icrlhf.review.models import Automation, Decision
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +52,19 @@ def world(user: Any) -> dict[str, str]:
     decision = decision_record(
         item_id=item.pk, reviewer=member, verdict="chosen", candidate_id=candidate.pk
     )
+    automated = ItemFactory(queue=queue, status="automated")
+    applied = ready_generation(automated, ["applied"]).candidates.get()
+    automation = Automation.objects.create(
+        item=automated,
+        generation=applied.generation,
+        candidate=applied,
+        confidence=0.97,
+        threshold=0.9,
+        audit=False,
+        final_text="applied",
+    )
     return {
+        "automation_id": str(automation.pk),
         "slug": queue.slug,
         "item_id": str(item.pk),
         "candidate_id": str(candidate.pk),
@@ -109,7 +121,8 @@ def test_a_user_outside_the_queue_reaches_none_of_its_objects(
     queue or one of its objects refuses, reading or writing, and the admin stays closed."""
     for route in sorted(set(routes())):
         named = re.findall(r"<(?:\w+:)?(\w+)>", route)
-        if not (set(named) & {"slug", "item_id", "candidate_id", "decision_id"}) and not (
+        objects = {"slug", "item_id", "candidate_id", "decision_id", "automation_id"}
+        if not (set(named) & objects) and not (
             route.startswith("admin/") and route != "admin/login/"
         ):
             continue
@@ -129,6 +142,7 @@ def test_a_user_outside_the_queue_reaches_none_of_its_objects(
                 assert Decision.objects.get(pk=world["decision_id"]).superseded_at is None
             else:
                 assert response.status_code in {403, 404, 405}, where
+    assert Automation.objects.get(pk=world["automation_id"]).undone_at is None
 
 
 def admin_objects(world: dict[str, str]) -> dict[str, str]:

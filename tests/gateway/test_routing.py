@@ -7,7 +7,8 @@ import pytest
 from django.test import Client
 
 from icrlhf.gateway.models import Call
-from icrlhf.generation.models import Candidate
+from icrlhf.generation.models import Calibration, Candidate
+from icrlhf.generation.ranking import FEATURES
 from icrlhf.queues.models import Item, RoutingChange
 from icrlhf.review.decisions import decision_record
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
@@ -17,6 +18,8 @@ RULES = {
     "capture_below_similarity": "0.55",
     "holdout_percent": "10",
     "memory_answer_threshold": "",
+    "auto_apply_threshold": "",
+    "audit_percent": "10",
 }
 
 
@@ -163,3 +166,42 @@ def test_regenerating_a_captured_item_keeps_its_served_answer() -> None:
     kept = fresh.candidates.get(served=True)
     assert (kept.text, kept.model, kept.status) == ("Served.", "m", "done")
     assert fresh.candidates.filter(status="pending").count() == 1
+
+
+@pytest.mark.django_db
+def test_the_curator_picks_the_automation_threshold_from_the_queues_own_curve() -> None:
+    curator = UserFactory(roles=["curator"])
+    queue = QueueFactory(members=[curator])
+    page = client_of(curator)
+    assert "No confidence yet" in page.get(f"/q/{queue.slug}/routing/").content.decode()
+    Calibration.objects.create(
+        queue=queue,
+        features=list(FEATURES),
+        coefficients=[0.0] * (len(FEATURES) + 1),
+        top_coefficients=[0.0, 1.0],
+        items=120,
+        candidates=480,
+        accepted_share=0.81,
+        ece=0.031,
+        curve=[
+            {"threshold": 0.8, "precision": 0.93, "coverage": 0.71, "items": 85},
+            {"threshold": 0.9, "precision": 0.97, "coverage": 0.58, "items": 70},
+        ],
+    )
+    shown = page.get(f"/q/{queue.slug}/routing/").content.decode()
+    assert "From this queue’s 120 decided items" in shown or "From this queue's 120" in shown
+    assert '<th scope="row">0.90' in shown and "97%" in shown and "58%" in shown
+
+    response = page.post(
+        f"/q/{queue.slug}/routing/", {**RULES, "auto_apply_threshold": "0.9", "audit_percent": "5"}
+    )
+    assert response.status_code == 302
+    queue.refresh_from_db()
+    assert (queue.auto_apply_threshold, queue.audit_percent) == (0.9, 5)
+    changes = RoutingChange.objects.get().changes
+    assert (changes["auto_apply_threshold"], changes["audit_percent"]) == ([None, 0.9], [10, 5])
+    assert "current" in page.get(f"/q/{queue.slug}/routing/").content.decode()
+    history = page.get(f"/q/{queue.slug}/dashboard/").content.decode()
+    assert f"{curator.username}: off → 0.9" in history
+    low = page.post(f"/q/{queue.slug}/routing/", {**RULES, "auto_apply_threshold": "0.3"})
+    assert low.status_code == 400 and "greater than or equal to 0.5" in low.content.decode()

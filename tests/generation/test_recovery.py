@@ -101,4 +101,20 @@ def test_pending_work_is_sent_again_only_when_the_broker_holds_fewer_messages(
 
 def test_recent_pending_work_is_left_to_its_tasks(running: Generation, queue: Any) -> None:
     sweep = recovery.generations_sweep(broker_backlog=0)
-    assert sweep == recovery.Sweep(prepare=[], generate=[])
+    assert sweep == recovery.Sweep(prepare=[], generate=[], rank=[])
+
+
+def test_a_finished_generation_whose_ranking_was_lost_is_ranked_again(
+    running: Generation, queue: Any
+) -> None:
+    now = timezone.now()
+    Generation.objects.filter(pk=running.pk).update(
+        status=Generation.Status.DONE, finished_at=now - LONG_AGO
+    )
+    assert recovery.generations_sweep(broker_backlog=0).rank == [running.pk]
+    assert recovery.generations_sweep(broker_backlog=1).rank == []  # its message may be queued
+    # One finished before ranking existed (over a day ago) is left as it was.
+    Generation.objects.filter(pk=running.pk).update(finished_at=now - timedelta(days=2))
+    assert recovery.generations_sweep(broker_backlog=0).rank == []
+    Generation.objects.filter(pk=running.pk).update(finished_at=now - LONG_AGO, ranked_at=now)
+    assert recovery.generations_sweep(broker_backlog=0).rank == []

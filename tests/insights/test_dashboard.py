@@ -102,11 +102,11 @@ def test_retrieval_is_relevant_when_the_best_example_is_similar_enough(
     assert retrieval.relevant_by_day[0] is None  # no generation that day
 
 
-def test_the_page_shows_figures_and_ten_charts(queue: Any, user: Any, logged_in: Client) -> None:
+def test_the_page_shows_figures_and_eleven_charts(queue: Any, user: Any, logged_in: Client) -> None:
     decide(queue, user, "chosen", seconds=5)
     decide(queue, user, "edited", seconds=5)
     page = logged_in.get(f"/q/{queue.slug}/dashboard/").content.decode()
-    assert page.count("<svg") == 10
+    assert page.count("<svg") == 11
     assert "<polyline" in page  # something was drawn
     assert "50%</strong><span>accepted as is" in page
     assert "5.0 s</strong>" in page

@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandParser
 
-from bench.learning import SERIES, curve_svg
+from bench.learning import SERIES, confidence_curve_svg, curve_svg
 from bench.world import WorldCommand, world
 from icrlhf.ops.stack import Stack, free_port
 
@@ -85,6 +85,8 @@ class Command(WorldCommand):
                 f"step {step}: acceptance p = {p['acceptance']:.2g}, "
                 f"first candidate p = {p['first_accuracy']:.2g}"
             )
+        for size in sizes:
+            self._confidence_report(size, result["sizes"][str(size)])
         self.stdout.write(
             f"{result['test']} held-out messages (95% Wilson intervals), {result['candidates']} "
             f"candidates ({result['memory_candidates']} from memory at most), temperature "
@@ -94,3 +96,41 @@ class Command(WorldCommand):
         (out / "learning.json").write_text(json.dumps(result, indent=2, sort_keys=True))
         (out / "learning.svg").write_text(curve_svg(sizes, result["sizes"]))
         self.stdout.write(f"Curve: {out / 'learning.svg'}; figures: {out / 'learning.json'}")
+        largest = result["sizes"][str(sizes[-1])]
+        if largest.get("curve"):
+            (out / "confidence.svg").write_text(confidence_curve_svg(sizes[-1], largest))
+            self.stdout.write(f"Precision and coverage: {out / 'confidence.svg'}")
+
+    def _confidence_report(self, size: int, row: dict[str, Any]) -> None:
+        """The first candidate against kNN top-1, and how far its confidence can be trusted."""
+        if not row.get("calibrated_n"):
+            return
+        write = self.stdout.write
+        margin = (row["first_accuracy"] - row["knn_top1"]) * 100 if row["knn_top1"] else None
+        write(f"\nAt {size} stored decisions ({row['calibrated_n']} items with a confidence):")
+        if margin is not None:
+            write(
+                f"  first candidate {row['first_accuracy']:.1%} vs kNN top-1 "
+                f"{row['knn_top1']:.1%}: {margin:+.1f} points"
+            )
+        write(f"  expected calibration error {row['ece']:.3f}")
+        write("  confidence bin | items | mean confidence | accepted")
+        for b in row["reliability"]:
+            write(
+                f"  {b['low']:.1f}–{b['high']:.1f}        | {b['count']:5} | "
+                f"{b['confidence']:15.1%} | {b['accepted']:8.1%}"
+            )
+        for p in row["thresholds"]:
+            precision = "–" if p["precision"] is None else f"{p['precision']:.1%}"
+            write(f"  at {p['threshold']:.2f}: precision {precision}, coverage {p['coverage']:.1%}")
+        threshold = row["threshold_at_95_precision"]
+        write(
+            f"  coverage at 95% precision: {row['coverage_at_95_precision']:.1%}"
+            + (f" (threshold {threshold:.2f}, chosen on these items)" if threshold else "")
+        )
+        if picked := row.get("at_history_threshold"):
+            precision = "–" if picked["precision"] is None else f"{picked['precision']:.1%}"
+            write(
+                f"  at {picked['threshold']:.2f}, the queue's own curve's pick for 95%: "
+                f"precision {precision}, coverage {picked['coverage']:.1%}"
+            )

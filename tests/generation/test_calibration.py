@@ -1,0 +1,70 @@
+"""The arithmetic of calibrated confidence, on data whose answer is known."""
+
+import math
+import random
+
+import pytest
+
+from icrlhf.generation.calibration import (
+    coverage_at_precision,
+    expected_calibration_error,
+    logistic_fit,
+    precision_coverage,
+    reliability,
+)
+
+
+def test_the_logistic_fit_recovers_the_coefficients_that_generated_the_data() -> None:
+    rng = random.Random(3)
+    rows, accepted = [], []
+    for _ in range(4000):
+        x = [rng.uniform(-2, 2), rng.uniform(-2, 2)]
+        p = 1 / (1 + math.exp(-(-0.5 + 2.0 * x[0] - 1.0 * x[1])))
+        rows.append(x)
+        accepted.append(rng.random() < p)
+    intercept, a, b = logistic_fit(rows, accepted)
+    assert intercept == pytest.approx(-0.5, abs=0.2)
+    assert a == pytest.approx(2.0, abs=0.25)
+    assert b == pytest.approx(-1.0, abs=0.2)
+
+
+def test_a_feature_that_separates_perfectly_still_gets_finite_coefficients() -> None:
+    rows = [[0.0]] * 20 + [[1.0]] * 20
+    coefficients = logistic_fit(rows, [False] * 20 + [True] * 20)
+    assert all(math.isfinite(c) for c in coefficients)
+    assert coefficients[1] > 2
+
+
+def test_reliability_bins_compare_the_mean_confidence_with_what_happened() -> None:
+    table = reliability([0.95, 0.9, 0.92, 0.15, 1.0], [True, True, False, False, True])
+    assert [(b.low, b.count) for b in table] == [(0.1, 1), (0.9, 4)]
+    top = table[1]
+    assert top.confidence == pytest.approx((0.95 + 0.9 + 0.92 + 1.0) / 4)
+    assert top.accepted == pytest.approx(0.75)
+
+
+def test_the_calibration_error_is_zero_when_confidence_matches_and_large_when_not() -> None:
+    honest = [0.75] * 4
+    assert expected_calibration_error(honest, [True, True, True, False]) == pytest.approx(0.0)
+    assert expected_calibration_error([0.95] * 4, [False] * 4) == pytest.approx(0.95)
+
+
+def test_precision_and_coverage_at_each_threshold() -> None:
+    confidences = [0.99, 0.95, 0.9, 0.85, 0.5]
+    hits = [True, True, False, True, False]
+    at_90, at_999 = precision_coverage(confidences, hits, [0.9, 0.999])
+    assert (at_90.precision, at_90.coverage, at_90.items) == (pytest.approx(2 / 3), 0.6, 3)
+    assert (at_999.precision, at_999.coverage) == (None, 0.0)
+
+
+def test_coverage_at_a_precision_takes_the_most_confident_first() -> None:
+    confidences = [0.99, 0.95, 0.9, 0.85, 0.5]
+    hits = [True, True, False, True, False]
+    assert coverage_at_precision(confidences, hits, 1.0) == (0.4, 0.95)
+    assert coverage_at_precision(confidences, hits, 0.75) == (0.8, 0.85)
+    assert coverage_at_precision([0.9, 0.8], [False, True], 0.95) == (0.0, None)
+
+
+def test_tied_confidences_are_automated_together_or_not_at_all() -> None:
+    # A threshold cannot take one of two items at 0.9 and leave the other.
+    assert coverage_at_precision([0.9, 0.9, 0.5], [True, False, True], 1.0) == (0.0, None)

@@ -1,0 +1,138 @@
+"""Ranking a finished generation: features read off memory and the other candidates, the
+order and confidence stored (with the real embedding model for relevance)."""
+
+from typing import Any
+
+import pytest
+
+from icrlhf.generation import ranking
+from icrlhf.generation.models import Calibration, Candidate
+from icrlhf.generation.ranking import FEATURES, Neighbour, answer_key, features_of
+from icrlhf.integrations import embeddings
+from tests.factories import DecisionFactory, ItemFactory, ready_generation
+
+pytestmark = pytest.mark.django_db
+
+CARD, PIN = answer_key("card_arrival"), answer_key("pin_blocked")
+
+
+def test_answers_that_differ_only_in_case_and_spacing_are_the_same() -> None:
+    assert answer_key("  Card_arrival \n") == answer_key("card_arrival")
+    assert answer_key("card arrival") != answer_key("card_arrival")
+
+
+def test_features_weigh_near_neighbours_far_more_than_distant_ones() -> None:
+    neighbours = [Neighbour(0.9, CARD), Neighbour(0.5, PIN), Neighbour(0.5, PIN)]
+    card = features_of(
+        key=CARD,
+        relevance=0.4,
+        from_memory=True,
+        neighbours=neighbours,
+        other_keys=[PIN, CARD],
+        stored=99,
+    )
+    assert card["vote"] == pytest.approx(0.9**4 / (0.9**4 + 2 * 0.5**4))
+    assert card["vote"] > 0.8  # one close vote outweighs two distant ones
+    assert (card["support"], card["nearest"], card["agree"], card["memory"]) == (0.9, 0.9, 0.5, 1)
+    assert card["knowledge"] == pytest.approx(4.605, abs=1e-3)
+    unknown = features_of(
+        key=answer_key("something new"),
+        relevance=0.1,
+        from_memory=False,
+        neighbours=[],
+        other_keys=[],
+        stored=0,
+    )
+    assert unknown == dict.fromkeys(FEATURES, 0.0) | {"relevance": 0.1}
+
+
+def _generation(queue: Any, texts: list[str], neighbours: list[tuple[float, str]]) -> Any:
+    item = ItemFactory(queue=queue, input_text="My new card has not arrived yet")
+    generation = ready_generation(item, texts)
+    generation.neighbours = [{"score": s, "answer_key": answer_key(t)} for s, t in neighbours]
+    generation.stored_examples = 40
+    generation.save()
+    return generation
+
+
+def test_uncalibrated_ranking_puts_memorys_answer_first_and_shows_no_confidence(
+    queue: Any,
+) -> None:
+    generation = _generation(
+        queue,
+        ["pin_blocked", "exchange_rate", "card_arrival"],
+        [(0.92, "card_arrival"), (0.85, "card_arrival"), (0.6, "pin_blocked")],
+    )
+    assert ranking.generation_rank(generation_id=generation.pk)
+    ranked = list(generation.candidates.order_by("position"))
+    assert [c.text for c in ranked] == ["card_arrival", "pin_blocked", "exchange_rate"]
+    assert all(c.confidence is None for c in ranked)
+    assert ranked[0].ranking_features["vote"] > 0.8
+    generation.refresh_from_db()
+    assert generation.ranked_at is not None and generation.calibration is None
+    assert not ranking.generation_rank(generation_id=generation.pk)  # once only
+
+
+def test_a_calibrated_queue_gets_confidences_in_the_order_of_the_ranking(queue: Any) -> None:
+    calibration = Calibration.objects.create(
+        queue=queue,
+        features=list(FEATURES),
+        coefficients=[-3.0, 6.0, 0, 0, 0, 0, 0, 0],  # the vote alone
+        top_coefficients=[0.0, 1.0],
+        items=50,
+        candidates=150,
+        accepted_share=0.6,
+    )
+    generation = _generation(
+        queue, ["pin_blocked", "card_arrival"], [(0.9, "card_arrival"), (0.5, "pin_blocked")]
+    )
+    ranking.generation_rank(generation_id=generation.pk)
+    first, second = generation.candidates.order_by("position")
+    assert first.text == "card_arrival"
+    assert first.confidence > 0.9  # sigmoid(-3 + 6 × its vote share)
+    assert second.confidence is None  # the confidence is fitted for the first candidate only
+    generation.refresh_from_db()
+    assert generation.calibration == calibration
+
+
+def test_a_decided_generation_keeps_its_numbers(queue: Any) -> None:
+    """A decision names its candidate by number: ranking late must not renumber them."""
+    generation = _generation(
+        queue, ["pin_blocked", "card_arrival"], [(0.9, "card_arrival"), (0.5, "pin_blocked")]
+    )
+    DecisionFactory(generation=generation)
+    ranking.generation_rank(generation_id=generation.pk)
+    assert list(generation.candidates.order_by("position").values_list("text", flat=True)) == [
+        "pin_blocked",
+        "card_arrival",
+    ]
+    assert all(c.ranking_features for c in Candidate.objects.filter(generation=generation))
+
+
+def test_without_the_embedding_model_the_ranking_goes_on_without_relevance(
+    queue: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def missing(texts: list[str]) -> list[list[float]]:
+        raise embeddings.EmbeddingModelMissing("no model")
+
+    monkeypatch.setattr(embeddings, "embed_texts", missing)
+    generation = _generation(
+        queue, ["pin_blocked", "card_arrival"], [(0.9, "card_arrival"), (0.5, "pin_blocked")]
+    )
+    assert ranking.generation_rank(generation_id=generation.pk)
+    first = generation.candidates.order_by("position").first()
+    assert first is not None and first.text == "card_arrival"
+    assert first.ranking_features["relevance"] == 0.0
+
+
+def test_a_retried_candidate_is_ranked_with_the_others(queue: Any, user: Any) -> None:
+    from icrlhf.generation.services import candidate_retry
+
+    generation = _generation(
+        queue, ["pin_blocked", "card_arrival"], [(0.9, "card_arrival"), (0.5, "pin_blocked")]
+    )
+    failed = Candidate.objects.create(generation=generation, position=2, status="failed")
+    ranking.generation_rank(generation_id=generation.pk)
+    candidate_retry(candidate_id=failed.pk)
+    generation.refresh_from_db()
+    assert generation.ranked_at is None  # ranked again once the retried one settles
