@@ -1,3 +1,4 @@
+import contextlib
 import functools
 import os
 import shutil
@@ -5,6 +6,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -263,10 +265,38 @@ def api_token(triage_queue: Any) -> str:
 
 
 @pytest.fixture
-def eager_tasks() -> Iterator[None]:
+def gateway_threads(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The in-process gateway's thread pools, fresh for the test and waited for after it: a
+    capture's eager chain (generation, ranking) outlives the response, and a thread still
+    writing while the test's tables are truncated deadlocks the flush on PostgreSQL."""
+    from icrlhf.gateway import views
+
+    pools = {
+        "_threads": ThreadPoolExecutor(settings.GATEWAY_THREADS, thread_name_prefix="test-gateway"),
+        "_capture_threads": ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-capture"),
+    }
+    for name, pool in pools.items():
+        monkeypatch.setattr(views, name, pool)
+    try:
+        yield
+    finally:
+        for pool in pools.values():
+            pool.shutdown(wait=True)
+
+
+@pytest.fixture
+def eager_tasks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Tasks enqueued after commit run inline, in this process (with its own local store)."""
+    import celery.app.task
+
     from worker import app
 
+    # While an eager task runs, Celery sets one process-wide "inside a task" flag and puts
+    # back what it found after: two eager tasks on two threads (the gateway's capture pool)
+    # put back each other's value and can leave it set, and every later `result.get()` in
+    # the process refuses ("Never call result.get() within a task"). Inline, there is no
+    # worker to deadlock: the flag is not needed.
+    monkeypatch.setattr(celery.app.task, "denied_join_result", contextlib.nullcontext)
     app.conf.task_always_eager = True
     try:
         yield

@@ -28,7 +28,7 @@ from tests.factories import DecisionFactory, ItemFactory, QueueFactory, ready_ge
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections
     pytest.mark.urls("icrlhf.gateway.urls"),
-    pytest.mark.usefixtures("eager_tasks", "vector_store"),
+    pytest.mark.usefixtures("eager_tasks", "vector_store", "gateway_threads"),
 ]
 
 QUESTION = "How do I reset my card PIN?"

@@ -22,7 +22,7 @@ from tests.factories import QueueFactory
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections
     pytest.mark.urls("icrlhf.gateway.urls"),
-    pytest.mark.usefixtures("eager_tasks", "vector_store"),
+    pytest.mark.usefixtures("eager_tasks", "vector_store", "gateway_threads"),
 ]
 
 URL = "/v1/chat/completions"
