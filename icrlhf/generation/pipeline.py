@@ -4,6 +4,7 @@ Every step claims its row with a conditional UPDATE and a lease, so a redelivere
 re-swept task never does the work twice."""
 
 import logging
+import random
 import time
 from datetime import timedelta
 
@@ -49,6 +50,10 @@ def fair_priority(*, generation_id: int, queue_id: int) -> int:
         item__queue_id=queue_id, status__in=_UNFINISHED, pk__lt=generation_id
     ).count()
     return min(_LOWEST_PRIORITY, ahead.bit_length())
+
+
+# A transient failure's retries wait 2, 4, 8 … seconds (with jitter), never longer than this.
+RETRY_BACKOFF_MAX_S = 60
 
 
 def _candidate_lease() -> timedelta:
@@ -130,11 +135,9 @@ def generation_prepare(*, generation_id: int) -> list[int]:
         )
         candidate_ids = [c.pk for c in pending[answered:]]
         priority = fair_priority(generation_id=generation_id, queue_id=queue.pk)
+        # One message for all of them: one worker thread calls the model N times at once.
         transaction.on_commit(
-            lambda: [
-                tasks.candidate_generate.apply_async((pk,), priority=priority)
-                for pk in candidate_ids
-            ],
+            lambda: tasks.candidates_generate.apply_async((candidate_ids,), priority=priority),
             robust=True,
         )
     if not candidate_ids:
@@ -179,71 +182,114 @@ def _memory_candidates_fill(
     return len(offers)
 
 
-def candidate_generate(*, candidate_id: int) -> None:
-    """Claim a candidate, call the model once, save the answer or the error.
+def candidates_generate(*, candidate_ids: list[int]) -> None:
+    """Claim the candidates, call the model for all of them at once, and save each answer or
+    error the moment it arrives (the item page shows candidates as they come).
 
-    A transient error puts the candidate back to pending and re-raises, so the task retries.
-    Attempts are capped on the row, not only on the task: a candidate enqueued again (by the
-    sweeper, by a redelivery) never calls the model more than LLM_MAX_RETRIES + 1 times.
+    A transient error puts its candidate back to pending and schedules it again, alone, with
+    backoff. Attempts are capped on the row, not on a task: a candidate enqueued again (by
+    the sweeper, by a redelivery) never calls the model more than LLM_MAX_RETRIES + 1 times.
     """
-    now = timezone.now()
-    max_attempts = settings.LLM_MAX_RETRIES + 1
-    claimable = Candidate.objects.filter(pk=candidate_id).filter(
-        Q(status=Candidate.Status.PENDING)
-        | Q(status=Candidate.Status.RUNNING, lease_expires_at__lt=now)
-    )
-    claimed = claimable.filter(attempts__lt=max_attempts).update(
-        status=Candidate.Status.RUNNING,
-        lease_expires_at=now + _candidate_lease(),
-        attempts=F("attempts") + 1,
-        started_at=now,
-    )
+    claimed = _candidates_claim(candidate_ids)
     if not claimed:
-        last_error = claimable.values_list("error", flat=True).first()
-        if last_error is not None:  # claimable, but out of attempts
-            reason = last_error.removeprefix("Retrying: ") or "Its worker stopped while generating."
-            candidate_fail(
-                candidate_id=candidate_id,
-                message=f"Gave up after {max_attempts} attempts. {reason}",
-            )
         return
-    candidate = Candidate.objects.select_related("generation__item__queue").get(pk=candidate_id)
-    generation = candidate.generation
+    generation = claimed[0].generation
     queue = generation.item.queue
-    try:
-        completion = llm.complete(
-            messages=generation.messages,
-            model=generation.model,
-            api_base=generation.api_base,
-            params=generation.params,
-        )
-    except llm.TransientLLMError as error:
-        Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.RUNNING).update(
-            status=Candidate.Status.PENDING, error=f"Retrying: {error}", lease_expires_at=None
-        )
-        raise
-    except llm.PermanentLLMError as error:
-        candidate_fail(candidate_id=candidate_id, message=str(error))
-        return
-    parsed = kind_of(queue).parse(completion.text, queue)
-    Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.RUNNING).update(
-        status=Candidate.Status.DONE,
-        fields=parsed.fields,
-        parse_error=parsed.error,
-        text=completion.text,
-        error="",
-        model=completion.model,
-        latency_ms=completion.latency_ms,
-        prompt_tokens=completion.prompt_tokens,
-        completion_tokens=completion.completion_tokens,
-        cost_usd=completion.cost_usd,
-        finished_at=timezone.now(),
-        lease_expires_at=None,
+    call = llm.Call(
+        messages=generation.messages,
+        model=generation.model,
+        params=generation.params,
+        api_base=generation.api_base,
     )
+    for index, outcome in llm.complete_each([call] * len(claimed)):
+        _candidate_save(claimed[index], outcome, queue=queue)
     generation_finish_if_complete(generation_id=generation.pk)
 
 
-def candidate_fail(*, candidate_id: int, message: str) -> None:
+def candidate_generate(*, candidate_id: int) -> None:
+    """One candidate: a retry, a sweep, or a failed candidate tried again."""
+    candidates_generate(candidate_ids=[candidate_id])
+
+
+def _candidates_claim(candidate_ids: list[int]) -> list[Candidate]:
+    """The candidates this call may generate: pending, or running with an expired lease (its
+    worker died), and not out of attempts; those out of attempts are failed here."""
+    now = timezone.now()
+    max_attempts = settings.LLM_MAX_RETRIES + 1
+    claimable = Candidate.objects.filter(pk__in=candidate_ids).filter(
+        Q(status=Candidate.Status.PENDING)
+        | Q(status=Candidate.Status.RUNNING, lease_expires_at__lt=now)
+    )
+    with transaction.atomic():
+        # Locked rows are being claimed by another task, which will have them.
+        rows = list(claimable.select_for_update(skip_locked=True).values_list("pk", "attempts"))
+        ids = [pk for pk, attempts in rows if attempts < max_attempts]
+        Candidate.objects.filter(pk__in=ids).update(
+            status=Candidate.Status.RUNNING,
+            lease_expires_at=now + _candidate_lease(),
+            attempts=F("attempts") + 1,
+            started_at=now,
+        )
+        exhausted = [pk for pk, attempts in rows if attempts >= max_attempts]
+    for pk in exhausted:
+        last_error = Candidate.objects.values_list("error", flat=True).get(pk=pk)
+        reason = last_error.removeprefix("Retrying: ") or "Its worker stopped while generating."
+        candidate_fail(candidate_id=pk, message=f"Gave up after {max_attempts} attempts. {reason}")
+    return list(
+        Candidate.objects.filter(pk__in=ids)
+        .select_related("generation__item__queue")
+        .order_by("pk")
+    )
+
+
+def _candidate_save(
+    candidate: Candidate, outcome: llm.Completion | llm.LLMError, *, queue: Queue
+) -> None:
+    running = Candidate.objects.filter(pk=candidate.pk, status=Candidate.Status.RUNNING)
+    if isinstance(outcome, llm.TransientLLMError):
+        released = running.update(
+            status=Candidate.Status.PENDING, error=f"Retrying: {outcome}", lease_expires_at=None
+        )
+        if released:
+            _retry_schedule(candidate)
+        return
+    if isinstance(outcome, llm.LLMError):
+        candidate_fail(candidate_id=candidate.pk, message=str(outcome), finish=False)
+        return
+    parsed = kind_of(queue).parse(outcome.text, queue)
+    running.update(
+        status=Candidate.Status.DONE,
+        fields=parsed.fields,
+        parse_error=parsed.error,
+        text=outcome.text,
+        error="",
+        model=outcome.model,
+        latency_ms=outcome.latency_ms,
+        prompt_tokens=outcome.prompt_tokens,
+        completion_tokens=outcome.completion_tokens,
+        cost_usd=outcome.cost_usd,
+        finished_at=timezone.now(),
+        lease_expires_at=None,
+    )
+
+
+def _retry_schedule(candidate: Candidate) -> None:
+    """Again later, alone: exponential backoff with full jitter (2, 4, 8 … s, at most 60), so
+    calls a rate limit refused together do not all come back at the same moment."""
+    countdown = random.uniform(0, min(RETRY_BACKOFF_MAX_S, 2**candidate.attempts))
+    priority = fair_priority(
+        generation_id=candidate.generation_id, queue_id=candidate.generation.item.queue_id
+    )
+    transaction.on_commit(
+        lambda: tasks.candidate_generate.apply_async(
+            (candidate.pk,), countdown=countdown, priority=priority
+        ),
+        robust=True,
+    )
+
+
+def candidate_fail(*, candidate_id: int, message: str, finish: bool = True) -> None:
+    """`finish=False`: the caller settles the generation itself, once for all its candidates."""
     updated = Candidate.objects.filter(
         pk=candidate_id, status__in=[Candidate.Status.PENDING, Candidate.Status.RUNNING]
     ).update(
@@ -252,7 +298,7 @@ def candidate_fail(*, candidate_id: int, message: str) -> None:
         finished_at=timezone.now(),
         lease_expires_at=None,
     )
-    if updated:
+    if updated and finish:
         generation_id = Candidate.objects.values_list("generation_id", flat=True).get(
             pk=candidate_id
         )

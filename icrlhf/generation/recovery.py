@@ -46,13 +46,22 @@ def generations_sweep(*, broker_backlog: int) -> Sweep:
             status=Generation.Status.PENDING, created_at__lt=lost_before
         ).values_list("pk", flat=True)
     )
-    stale_generate = set(
+    stale_candidates = list(
         Candidate.objects.filter(
             status=Candidate.Status.PENDING, generation__status=Generation.Status.RUNNING
         )
         .annotate(waiting_since=Coalesce("started_at", "generation__prepared_at"))
         .filter(waiting_since__lt=lost_before)
-        .values_list("pk", flat=True)
+        .values_list("pk", "generation_id", "started_at")
+    )
+    stale_generate = {pk for pk, _, _ in stale_candidates}
+    # The messages they wait for: a generation's never-started candidates share one; a
+    # candidate that is waiting for its retry has its own.
+    stale_generate_messages = len(
+        {
+            ("candidate", pk) if started else ("generation", generation)
+            for pk, generation, started in stale_candidates
+        }
     )
     # Within a day: older finished generations were never ranked (they predate ranking).
     stale_rank = set(
@@ -63,7 +72,7 @@ def generations_sweep(*, broker_backlog: int) -> Sweep:
             finished_at__gt=now - timedelta(days=1),
         ).values_list("pk", flat=True)
     )
-    if broker_backlog >= len(stale_prepare) + len(stale_generate) + len(stale_rank):
+    if broker_backlog >= len(stale_prepare) + stale_generate_messages + len(stale_rank):
         stale_prepare, stale_generate, stale_rank = set(), set(), set()
     return Sweep(
         prepare=sorted(prepare | stale_prepare),

@@ -6,7 +6,6 @@ from django.conf import settings
 from kombu.exceptions import ChannelError
 
 from icrlhf.generation import pipeline, recovery
-from icrlhf.integrations.llm import TransientLLMError
 
 logger = logging.getLogger(__name__)
 
@@ -31,32 +30,31 @@ def generation_prepare(generation_id: int) -> None:
     pipeline.generation_prepare(generation_id=generation_id)
 
 
-class CandidateTask(Task):  # type: ignore[misc]
-    """Marks the candidate failed when the task gives up, so no candidate is left running."""
+class CandidatesTask(Task):  # type: ignore[misc]
+    """Marks its candidates failed when the task itself fails (a bug, not the model: model
+    errors are saved on the candidates), so no candidate is left running."""
 
     def on_failure(
         self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
     ) -> None:
-        candidate_id = kwargs.get("candidate_id", args[0] if args else None)
-        if candidate_id is None:
-            return
-        if isinstance(exc, TransientLLMError):
-            message = f"Gave up after {self.request.retries + 1} attempts. {exc}"
-        else:
-            message = "Generation failed because of an internal error; it was logged."
-        pipeline.candidate_fail(candidate_id=candidate_id, message=message)
+        candidate_ids = kwargs.get("candidate_ids", args[0] if args else [])
+        if isinstance(candidate_ids, int):  # generation.candidate_generate: one id
+            candidate_ids = [candidate_ids]
+        for candidate_id in candidate_ids:
+            pipeline.candidate_fail(
+                candidate_id=candidate_id,
+                message="Generation failed because of an internal error; it was logged.",
+            )
 
 
-@shared_task(
-    name="generation.candidate_generate",
-    base=CandidateTask,
-    autoretry_for=(TransientLLMError,),
-    max_retries=settings.LLM_MAX_RETRIES,
-    retry_backoff=2,
-    retry_backoff_max=60,
-    retry_jitter=True,
-)
+@shared_task(name="generation.candidates_generate", base=CandidatesTask)
+def candidates_generate(candidate_ids: list[int]) -> None:
+    pipeline.candidates_generate(candidate_ids=candidate_ids)
+
+
+@shared_task(name="generation.candidate_generate", base=CandidatesTask)
 def candidate_generate(candidate_id: int) -> None:
+    """One candidate: a transient failure's retry, a sweep, a reviewer's "try again"."""
     pipeline.candidate_generate(candidate_id=candidate_id)
 
 

@@ -4,11 +4,14 @@ litellm is imported on first use, not at import: the web process imports this mo
 the services) but never calls a model, and litellm costs seconds and ~150 MB to load.
 """
 
+import asyncio
+import concurrent.futures
 import json
 import os
 import re
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -170,6 +173,70 @@ async def acomplete(
         raise _failure(error) from error
     latency_ms = int((time.monotonic() - started) * 1000)
     return _completion_from(response, model=model, latency_ms=latency_ms)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One chat completion to make: what `complete` takes."""
+
+    messages: list[dict[str, str]]
+    model: str
+    params: dict[str, Any]
+    api_base: str = ""
+
+
+class _EventLoop:
+    """One event loop per process, on a thread of its own, for the worker's calls: N calls
+    of a generation wait at once on one thread and share one connection pool, instead of
+    N threads contending for the GIL. Started on first use, and again after a fork."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pid = 0
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._pid != os.getpid():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="llm-calls", daemon=True).start()
+                self._loop, self._pid = loop, os.getpid()
+            return self._loop
+
+
+_event_loop = _EventLoop()
+
+
+def complete_each(calls: Sequence[Call]) -> Iterator[tuple[int, Completion | LLMError]]:
+    """Makes the calls at once and yields (index in `calls`, its completion or its error) as
+    each one ends, so a caller can save every answer the moment it arrives.
+
+    A call still unanswered LLM_TIMEOUT_S + 30 s after the last one started (a stuck event
+    loop; litellm's own timeout ends a stuck call sooner) is reported as timed out."""
+    loop = _event_loop.get()
+    pending = {
+        asyncio.run_coroutine_threadsafe(
+            acomplete(
+                messages=call.messages,
+                model=call.model,
+                params=call.params,
+                api_base=call.api_base,
+            ),
+            loop,
+        ): index
+        for index, call in enumerate(calls)
+    }
+    try:
+        for future in concurrent.futures.as_completed(pending, timeout=settings.LLM_TIMEOUT_S + 30):
+            index = pending.pop(future)
+            try:
+                yield index, future.result()
+            except LLMError as error:
+                yield index, error
+    except TimeoutError:
+        for future, index in pending.items():
+            future.cancel()
+            yield index, TransientLLMError("The model did not answer in time", status=504)
 
 
 class Stream:

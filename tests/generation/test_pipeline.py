@@ -3,6 +3,8 @@
 is a real local folder."""
 
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,14 +82,15 @@ def test_a_claimed_candidate_is_not_generated_twice(
     assert candidate.text == "once" and candidate.attempts == 1
 
 
-def test_a_transient_error_releases_the_candidate_for_a_retry(
-    llm_answer: LLMAnswer, generation: Generation
+def test_a_transient_error_releases_the_candidate_and_schedules_its_retry(
+    llm_answer: LLMAnswer, generation: Generation, django_capture_on_commit_callbacks: Any
 ) -> None:
     candidate = generation.candidates.first()
     assert candidate is not None
-    with pytest.raises(pipeline.llm.TransientLLMError, match="rate-limited"):
-        llm_answer("litellm.RateLimitError")
+    llm_answer("litellm.RateLimitError")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
         pipeline.candidate_generate(candidate_id=candidate.pk)
+    assert len(callbacks) == 1  # its retry, alone
     candidate.refresh_from_db()
     assert candidate.status == Candidate.Status.PENDING
     assert candidate.error.startswith("Retrying: The model is rate-limited")
@@ -97,19 +100,62 @@ def test_a_transient_error_releases_the_candidate_for_a_retry(
     assert (candidate.status, candidate.text, candidate.attempts) == ("done", "second try", 2)
 
 
+@pytest.mark.usefixtures("eager_tasks")
 def test_an_unreachable_model_is_retried_then_marked_failed(
-    generation: Generation, settings: LazySettings
+    generation: Generation, settings: LazySettings, django_capture_on_commit_callbacks: Any
 ) -> None:
     settings.LLM_API_BASE = "http://127.0.0.1:9/v1"  # nothing listens there
     candidate = generation.candidates.first()
     assert candidate is not None
-    result = tasks.candidate_generate.apply(args=[candidate.pk])  # eager: retries run inline
-    assert result.failed()
+    # Each retry is sent after its attempt commits; eager, it runs at once.
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.candidate_generate.apply(args=[candidate.pk])
     candidate.refresh_from_db()
     assert candidate.status == Candidate.Status.FAILED
     assert candidate.attempts == settings.LLM_MAX_RETRIES + 1
     assert candidate.error.startswith(f"Gave up after {settings.LLM_MAX_RETRIES + 1} attempts.")
     assert "could not be reached" in candidate.error
+
+
+class InFlightLLM(FixedLatencyLLM):
+    """Counts the calls it is answering at the same moment."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.in_flight = self.most_in_flight = 0
+        self._counting = threading.Lock()
+
+    def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        with self._counting:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(0.3)
+            return super().respond(request)
+        finally:
+            with self._counting:
+                self.in_flight -= 1
+
+
+def test_a_generation_calls_the_model_for_all_its_candidates_at_once(
+    queue: Any, user: Any, vector_store: Path, settings: LazySettings
+) -> None:
+    server = InFlightLLM(latency_s=0).start()
+    settings.LLM_API_BASE = server.api_base
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user, n_candidates=4)
+    generation = item.generations.get()
+    try:
+        pipeline.generation_prepare(generation_id=generation.pk)
+        pipeline.candidates_generate(
+            candidate_ids=list(generation.candidates.values_list("pk", flat=True))
+        )
+    finally:
+        server.stop()
+    assert server.most_in_flight == 4
+    candidates = list(generation.candidates.all())
+    assert {c.status for c in candidates} == {Candidate.Status.DONE}
+    assert len({c.text for c in candidates}) == 4 and all(c.attempts == 1 for c in candidates)
+    assert Item.objects.get(pk=item.pk).status == Item.Status.READY
 
 
 class GarbageLLM(FixedLatencyLLM):
@@ -166,12 +212,12 @@ def test_a_timeout_is_transient(generation: Generation, settings: LazySettings) 
     candidate = generation.candidates.first()
     assert candidate is not None
     try:
-        with pytest.raises(pipeline.llm.TransientLLMError, match="did not answer in time"):
-            pipeline.candidate_generate(candidate_id=candidate.pk)
+        pipeline.candidate_generate(candidate_id=candidate.pk)
     finally:
         server.stop()
     candidate.refresh_from_db()
     assert candidate.status == Candidate.Status.PENDING
+    assert candidate.error.startswith("Retrying: The model did not answer in time")
 
 
 def test_some_failures_still_leave_the_item_reviewable(
@@ -253,7 +299,7 @@ def test_generation_tasks_are_sent_at_the_fair_priority(
     """A test double stands in for the broker here; the real worker's order is tested in
     tests/integration/test_fairness.py."""
     sent: list[tuple[str, int]] = []
-    for task in (tasks.generation_prepare, tasks.candidate_generate):
+    for task in (tasks.generation_prepare, tasks.candidates_generate):
         monkeypatch.setattr(
             task,
             "apply_async",
@@ -267,6 +313,5 @@ def test_generation_tasks_are_sent_at_the_fair_priority(
     assert sent == [
         ("generation.prepare", 0),
         ("generation.prepare", 1),
-        ("generation.candidate_generate", 1),
-        ("generation.candidate_generate", 1),
+        ("generation.candidates_generate", 1),  # one message for its two candidates
     ]

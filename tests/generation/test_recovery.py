@@ -89,14 +89,20 @@ def test_pending_work_is_sent_again_only_when_the_broker_holds_fewer_messages(
     lost = item_create(queue=queue, input_text="Lost prepare", created_by=user).generations.get()
     Generation.objects.filter(pk=lost.pk).update(created_at=timezone.now() - LONG_AGO)
     Generation.objects.filter(pk=running.pk).update(prepared_at=timezone.now() - LONG_AGO)
-    stale = 1 + running.candidates.count()
-    busy = recovery.generations_sweep(broker_backlog=stale)
+    # Two messages: the prepare, and the one that fans out all the candidates of `running`.
+    busy = recovery.generations_sweep(broker_backlog=2)
     assert busy.prepare == [] and busy.generate == []  # their messages may all be queued
-    # Fewer messages than stale rows (say, two periodic tasks passing through): some are lost.
-    for backlog in (0, 2):
+    # Fewer messages than that (say, one periodic task passing through): some are lost.
+    for backlog in (0, 1):
         sweep = recovery.generations_sweep(broker_backlog=backlog)
         assert sweep.prepare == [lost.pk]
         assert sweep.generate == sorted(running.candidates.values_list("pk", flat=True))
+    # A candidate waiting for its retry has a message of its own.
+    retried = running.candidates.first()
+    assert retried is not None
+    Candidate.objects.filter(pk=retried.pk).update(started_at=timezone.now() - LONG_AGO)
+    assert recovery.generations_sweep(broker_backlog=3).generate == []
+    assert len(recovery.generations_sweep(broker_backlog=2).generate) == running.n_candidates
 
 
 def test_recent_pending_work_is_left_to_its_tasks(running: Generation, queue: Any) -> None:
