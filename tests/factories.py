@@ -3,6 +3,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group, Permission
 
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.roles import curator_permissions_grant
 from icrlhf.review.models import Decision
@@ -93,3 +94,23 @@ def ready_generation(item: Item, texts: list[str]) -> Generation:
     for position, text in enumerate(texts):
         CandidateFactory(generation=generation, position=position, text=text)
     return generation
+
+
+def stored_example(
+    queue: Queue,
+    *,
+    input_text: str = "How do I reset my card PIN?",
+    output_text: str = "Use the app.",
+) -> Example:
+    """A preferred example in the queue's memory, from a decided item (not indexed)."""
+    item = ItemFactory(queue=queue, input_text=input_text)
+    generation = ready_generation(item, [output_text])
+    decision = DecisionFactory(generation=generation, item=item)
+    return Example.objects.create(
+        queue=queue,
+        decision=decision,
+        role=Example.Role.PREFERRED,
+        input_text=input_text,
+        output_text=output_text,
+        reward=1.0,
+    )

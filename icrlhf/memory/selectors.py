@@ -3,6 +3,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
+from django.db.models import QuerySet
 
 from icrlhf.integrations import embeddings, llm, vectors
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
@@ -45,7 +46,8 @@ def examples_recall(
     (never cut). Neighbours: the `pool` nearest pinned or active examples by the same ranking,
     duplicates kept, for offering their answers as candidates.
     """
-    if k <= 0 and pool <= 0:
+    if (k <= 0 and pool <= 0) or not _preferred(queue).exists():
+        # Nothing to find: a new queue's requests are not embedded for nothing.
         return Recall(examples=[], neighbours=[])
     collection = index.collection_of(queue.slug)
     vector = embeddings.embed_text(query_text)
@@ -205,10 +207,15 @@ def _within_budget(
     return chosen
 
 
-def preferred_count(*, queue: Queue) -> int:
-    """How many preferred examples the queue's memory holds for retrieval (active or pinned)."""
+def _preferred(queue: Queue) -> QuerySet[Example]:
+    """The queue's preferred examples that are retrieved (active or pinned)."""
     return Example.objects.filter(
         queue=queue,
         role=Example.Role.PREFERRED,
         status__in=[Example.Status.ACTIVE, Example.Status.PINNED],
-    ).count()
+    )
+
+
+def preferred_count(*, queue: Queue) -> int:
+    """How many preferred examples the queue's memory holds for retrieval."""
+    return _preferred(queue).count()

@@ -20,10 +20,12 @@ from icrlhf.generation import recovery
 from icrlhf.generation import tasks as generation_tasks
 from icrlhf.generation.models import Candidate
 from icrlhf.ingest.services import token_create
-from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from tests.conftest import LLMAnswer, wait_for
-from tests.factories import DecisionFactory, ItemFactory, QueueFactory, ready_generation
+from tests.factories import (
+    QueueFactory,
+    stored_example,
+)
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections
@@ -233,7 +235,13 @@ def test_held_out_calls_get_no_memory_and_look_like_calls_memory_could_not_help(
     llm_answer: LLMAnswer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, queue = app_for(holdout_percent=100, memory_answer_threshold=0.5)
-    example = services.RetrievedExample(example=_stored_example(queue), score=0.97, rank=1)
+    example = services.RetrievedExample(
+        example=stored_example(
+            queue, input_text=QUESTION, output_text="Use the app: Cards › Reset PIN."
+        ),
+        score=0.97,
+        rank=1,
+    )
     recall = services.Recall(examples=[example], neighbours=[example])
     monkeypatch.setattr(services, "examples_recall_anywhere", lambda **_: recall)
     llm_answer("From the model alone.")
@@ -255,17 +263,3 @@ def test_held_out_calls_get_no_memory_and_look_like_calls_memory_could_not_help(
     queue.save()
     served = ask(client)
     assert served["X-Icrlhf-Source"] == "memory" and not call_of(served).holdout
-
-
-def _stored_example(queue: Any) -> Example:
-    item = ItemFactory(queue=queue, input_text=QUESTION)
-    generation = ready_generation(item, ["Use the app."])
-    decision = DecisionFactory(generation=generation, item=item)
-    return Example.objects.create(
-        queue=queue,
-        decision=decision,
-        role=Example.Role.PREFERRED,
-        input_text=QUESTION,
-        output_text="Use the app: Cards › Reset PIN.",
-        reward=1.0,
-    )

@@ -16,7 +16,7 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
 from icrlhf.queues.models import Item
 from tests.conftest import LLMAnswer
-from tests.factories import QueueFactory
+from tests.factories import QueueFactory, stored_example
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 pytestmark = pytest.mark.django_db
@@ -259,6 +259,7 @@ def test_without_an_embedding_model_generation_goes_on_without_memory(
 ) -> None:
     from icrlhf.integrations import embeddings
 
+    stored_example(generation.item.queue)  # memory has something to retrieve
     settings.EMBEDDING_MODEL_DIR = tmp_path / "missing"
     embeddings.model_id.cache_clear()
     try:
