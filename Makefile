@@ -77,6 +77,7 @@ test: install-test models browser lint
 bench: install-test models secret-key
 	$(BIN)/python manage.py bench_llm $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_pipeline $(BENCH_ARGS)
+	$(BIN)/python manage.py bench_pipeline --local-model $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_review $(BENCH_ARGS)
 	@postgres=$$(tools/postgres-url $(BIN)/python); \
 	if [ -n "$$postgres" ]; then \

@@ -330,6 +330,9 @@ ITEM_INPUT_MAX_CHARS = env_int("ITEM_INPUT_MAX_CHARS", 20_000)
 LOCAL_LLM_MODEL_PATH = Path(
     env_str("LOCAL_LLM_MODEL_PATH", str(VAR_DIR / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
 )
+# Requests the local llama.cpp server decodes at once (its parallel slots); more wait in line.
+# A generation's N candidates arrive together when N fits.
+LOCAL_LLM_SLOTS = env_int("LOCAL_LLM_SLOTS", 4)
 
 # Datasets for the demo and the benchmarks (../shared/data beside the checkout).
 SHARED_DATA_DIR = Path(env_str("SHARED_DATA_DIR", str(BASE_DIR.parent / "shared" / "data")))

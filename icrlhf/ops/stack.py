@@ -96,23 +96,30 @@ def embedded_broker_command(port: int, data_dir: Path) -> list[str]:
     ]
 
 
-def local_llm_command(model_path: Path, *, alias: str, port: int) -> list[str]:
+def local_llm_command(model_path: Path, *, alias: str, port: int, slots: int) -> list[str]:
+    """llama.cpp's own server, which tools/install-llm builds beside this Python. It decodes
+    `slots` requests at once in one batch (continuous batching), so a generation's
+    candidates are written together instead of one after another; the slots share one
+    cache, 2048 tokens each on average, and a long prompt may use what shorter ones leave."""
     return [
-        sys.executable,
-        "-m",
-        "llama_cpp.server",
+        str(Path(sys.executable).parent / "llama-server"),
         "--model",
         str(model_path),
-        "--model_alias",
+        "--alias",
         alias,
         "--host",
         "127.0.0.1",
         "--port",
         str(port),
-        "--n_ctx",
-        "4096",
-        "--n_threads",
-        "1",
+        "--parallel",
+        str(slots),
+        "--kv-unified",
+        "--ctx-size",
+        str(2048 * slots),
+        "--threads",
+        str(min(4, os.cpu_count() or 1)),
+        "--flash-attn",
+        "on",
     ]
 
 
@@ -192,22 +199,18 @@ class Stack:
         wait_until(lambda: port_open(host, port), timeout_s=15, what="The embedded broker")
         return f"embedded Valkey at {host}:{port}"
 
-    def start_local_llm(self, api_base: str, model_path: Path, alias: str) -> str:
+    def start_local_llm(
+        self, api_base: str, model_path: Path, alias: str, *, slots: int = 4
+    ) -> str:
         url = urlparse(api_base)
         host, port = url.hostname or "127.0.0.1", url.port or 80
         if port_open(host, port):
             return f"LLM at {api_base} (already running)"
         if host not in LOOPBACK:
             return f"LLM at {api_base}"
-        self.spawn(
-            "llm",
-            local_llm_command(model_path, alias=alias, port=port),
-            # llama_cpp.server reads HOST and PORT from the environment before its options:
-            # `PORT=8080 make run` is the web server's port, not the LLM's.
-            unset=("HOST", "PORT"),
-        )
+        self.spawn("llm", local_llm_command(model_path, alias=alias, port=port, slots=slots))
         wait_until(lambda: http_ok(f"{api_base}/models"), timeout_s=60, what="The local LLM")
-        return f"local llama.cpp server at {api_base} ({model_path.name})"
+        return f"local llama.cpp server at {api_base} ({model_path.name}, {slots} slots)"
 
     def stop(self) -> None:
         for child in reversed(self.children):

@@ -2,8 +2,9 @@
 
 Its answers are fluent but weak, so this checks structure and behaviour, never wording."""
 
+import json
 import subprocess
-import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from django.conf import settings
 from icrlhf.generation.models import Candidate
 from icrlhf.generation.services import item_create
 from icrlhf.memory.models import Example
-from icrlhf.ops.stack import free_port, http_ok
+from icrlhf.ops.stack import free_port, http_ok, local_llm_command
 from icrlhf.queues.models import Item
 from icrlhf.review.decisions import decision_record
 from tests.conftest import WorkerProcess, wait_for
@@ -29,23 +30,7 @@ def local_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = (tmp_path_factory.mktemp("llm") / "llm.log").open("wb")
     server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(model),
-            "--model_alias",
-            "smollm2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_ctx",
-            "2048",
-            "--n_threads",
-            "1",
-        ],
+        local_llm_command(model, alias="smollm2", port=port, slots=settings.LOCAL_LLM_SLOTS),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -105,6 +90,14 @@ def test_the_loop_runs_on_the_real_local_model(
     generation_b = item_b.generations.get()
     assert {"role": "assistant", "content": decision.final_text} in generation_b.messages
     assert all(c.status == Candidate.Status.DONE for c in generation_b.candidates.all())
+
+
+def test_the_local_server_decodes_a_generations_candidates_at_once(local_llm: str) -> None:
+    """llama.cpp's own server, with parallel slots: N requests are decoded in one batch."""
+    with urllib.request.urlopen(local_llm.removesuffix("/v1") + "/props", timeout=10) as response:
+        props = json.load(response)
+    assert props["total_slots"] == settings.LOCAL_LLM_SLOTS == 4
+    assert props["model_alias"] == "smollm2"
 
 
 def test_the_model_file_is_the_pinned_one() -> None:

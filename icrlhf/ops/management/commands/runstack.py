@@ -154,16 +154,18 @@ class Command(BaseCommand):
         supervisor.add(
             Part(
                 "llm",
-                local_llm_command(model, alias="smollm2", port=port),
-                # llama_cpp.server reads HOST and PORT before its options; `PORT=8080 make
-                # run` names the web server's port, so the LLM's own are set here.
-                environment={"HOST": "127.0.0.1", "PORT": str(port)},
+                local_llm_command(
+                    model, alias="smollm2", port=port, slots=settings.LOCAL_LLM_SLOTS
+                ),
                 start_s=5,
                 priority=20,
             )
         )
         readiness.append(("llm", lambda: http_ok(f"{api_base}/models"), 90))
-        return f"local llama.cpp server at {api_base} ({model.name})"
+        return (
+            f"local llama.cpp server at {api_base} ({model.name}, "
+            f"{settings.LOCAL_LLM_SLOTS} requests at once)"
+        )
 
     def _wait_ready(self, supervisor: Supervisor, name: str, ready: Any, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
