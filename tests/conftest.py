@@ -53,7 +53,9 @@ LLMAnswer = Callable[[str], None]
 def llm_answer(monkeypatch: pytest.MonkeyPatch) -> LLMAnswer:
     """Makes the LLM module answer a given text (or raise, for "litellm.RateLimitError") through
     litellm's own offline switch, `mock_response`: litellm's real code path, no network."""
-    real = {name: getattr(llm, name) for name in ("complete", "acomplete", "astream")}
+    real = {
+        name: getattr(llm, name) for name in ("complete", "acomplete", "acomplete_n", "astream")
+    }
 
     def answer(text: str) -> None:
         for name, call in real.items():

@@ -201,7 +201,7 @@ def candidates_generate(*, candidate_ids: list[int]) -> None:
         params=generation.params,
         api_base=generation.api_base,
     )
-    for index, outcome in llm.complete_each([call] * len(claimed)):
+    for index, outcome in llm.complete_n(call, len(claimed)):
         _candidate_save(claimed[index], outcome, queue=queue)
     generation_finish_if_complete(generation_id=generation.pk)
 

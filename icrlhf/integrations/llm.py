@@ -175,6 +175,30 @@ async def acomplete(
     return _completion_from(response, model=model, latency_ms=latency_ms)
 
 
+async def acomplete_n(
+    *,
+    messages: list[dict[str, str]],
+    model: str,
+    params: dict[str, Any],
+    n: int,
+    api_base: str = "",
+    mock_response: str | None = None,
+) -> list[Completion]:
+    """Up to `n` answers to one prompt from one request (OpenAI's `n`): the prompt is sent and
+    processed once. A server that ignores `n` answers once."""
+    litellm = _litellm()
+    started = time.monotonic()
+    extra: dict[str, Any] = {} if mock_response is None else {"mock_response": mock_response}
+    try:
+        response = await litellm.acompletion(
+            model=model, messages=messages, n=n, **_call_options(params, api_base), **extra
+        )
+    except Exception as error:
+        raise _failure(error) from error
+    latency_ms = int((time.monotonic() - started) * 1000)
+    return _completions_from(response, model=model, latency_ms=latency_ms)
+
+
 @dataclass(frozen=True)
 class Call:
     """One chat completion to make: what `complete` takes."""
@@ -207,7 +231,54 @@ class _EventLoop:
 _event_loop = _EventLoop()
 
 
-def complete_each(calls: Sequence[Call]) -> Iterator[tuple[int, Completion | LLMError]]:
+# Endpoints that answered a request for several answers with one: asked one at a time after.
+_answers_once: set[tuple[str, str]] = set()
+
+
+def complete_n(call: Call, n: int) -> Iterator[tuple[int, Completion | LLMError]]:
+    """`n` answers to one call, yielded as (0…n-1, its completion or its error).
+
+    One request asks for all n (`n`): OpenAI, vLLM and llama.cpp's server process the prompt
+    once and write the answers together, and the worker pays one call's CPU instead of n. A
+    server that answers once (it ignores `n`) is asked for the rest one call each, and from
+    then on always so; one that refuses `n` (it is not supported, or more than its parallel
+    slots) is asked n times at once for this generation."""
+    endpoint = (call.model, call.api_base)
+    if n == 1 or endpoint in _answers_once:
+        yield from _complete_each([call] * n)
+        return
+    future = asyncio.run_coroutine_threadsafe(
+        acomplete_n(
+            messages=call.messages,
+            model=call.model,
+            params=call.params,
+            api_base=call.api_base,
+            n=n,
+        ),
+        _event_loop.get(),
+    )
+    try:
+        completions = future.result(timeout=settings.LLM_TIMEOUT_S + 30)
+    except PermanentLLMError:
+        yield from _complete_each([call] * n)
+        return
+    except TransientLLMError as error:
+        for index in range(n):
+            yield index, error
+        return
+    except TimeoutError:
+        future.cancel()
+        for index in range(n):
+            yield index, TransientLLMError("The model did not answer in time", status=504)
+        return
+    yield from enumerate(completions[:n])
+    if len(completions) < n:
+        _answers_once.add(endpoint)
+        for index, outcome in _complete_each([call] * (n - len(completions))):
+            yield len(completions) + index, outcome
+
+
+def _complete_each(calls: Sequence[Call]) -> Iterator[tuple[int, Completion | LLMError]]:
     """Makes the calls at once and yields (index in `calls`, its completion or its error) as
     each one ends, so a caller can save every answer the moment it arrives.
 
@@ -303,28 +374,43 @@ async def astream(
 
 
 def _completion_from(response: Any, *, model: str, latency_ms: int) -> Completion:
+    return _completions_from(response, model=model, latency_ms=latency_ms)[0]
+
+
+def _completions_from(response: Any, *, model: str, latency_ms: int) -> list[Completion]:
+    """One completion per choice of the response (several when `n` asked for several).
+
+    With several, each answer's completion tokens are estimated from its text (servers
+    disagree on what their usage counts: OpenAI the sum, llama.cpp one answer's) and the
+    call's cost is shared out in proportion; each counts the prompt it was written for."""
     try:
-        content = response.choices[0].message.content
-        finish_reason = str(response.choices[0].finish_reason or "stop")
-    except (AttributeError, IndexError, TypeError) as error:
+        choices = list(response.choices)
+        contents = [choice.message.content for choice in choices]
+    except (AttributeError, TypeError) as error:
         raise PermanentLLMError("The model's answer had no message in it.") from error
-    if isinstance(content, str):
-        # An answer is untrusted text: PostgreSQL cannot store NUL, and no reader needs one.
-        content = content.replace("\x00", "")
-    if not isinstance(content, str) or not content.strip():
+    if not choices:
+        raise PermanentLLMError("The model's answer had no message in it.")
+    # An answer is untrusted text: PostgreSQL cannot store NUL, and no reader needs one.
+    texts = [c.replace("\x00", "").strip() if isinstance(c, str) else "" for c in contents]
+    if not all(texts):
         raise PermanentLLMError("The model returned an empty answer.")
     usage = getattr(response, "usage", None)
+    reported = int(getattr(usage, "completion_tokens", 0) or 0)
+    tokens = [reported] if len(texts) == 1 else [count_tokens(text) for text in texts]
     # litellm prices the call itself; unknown models (local ones) have no price.
-    hidden = getattr(response, "_hidden_params", None) or {}
-    return Completion(
-        text=content.strip(),
-        model=str(getattr(response, "model", None) or model),
-        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        cost_usd=float(hidden.get("response_cost") or 0.0),
-        latency_ms=latency_ms,
-        finish_reason=finish_reason,
-    )
+    cost = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0.0)
+    return [
+        Completion(
+            text=text,
+            model=str(getattr(response, "model", None) or model),
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=answer_tokens,
+            cost_usd=cost * answer_tokens / max(1, sum(tokens)),
+            latency_ms=latency_ms,
+            finish_reason=str(choice.finish_reason or "stop"),
+        )
+        for text, choice, answer_tokens in zip(texts, choices, tokens, strict=True)
+    ]
 
 
 def _in_chain(error: BaseException, *kinds: type[BaseException]) -> bool:

@@ -5,6 +5,7 @@ is a real local folder."""
 import json
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from django.conf import LazySettings
 from icrlhf.generation import pipeline, tasks
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
+from icrlhf.integrations import llm
 from icrlhf.queues.models import Item
 from tests.conftest import LLMAnswer
 from tests.factories import QueueFactory, stored_example
@@ -131,31 +133,106 @@ class InFlightLLM(FixedLatencyLLM):
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
             time.sleep(0.3)
-            return super().respond(request)
+            return self.reply(request)
         finally:
             with self._counting:
                 self.in_flight -= 1
 
+    def reply(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        return super().respond(request)
 
-def test_a_generation_calls_the_model_for_all_its_candidates_at_once(
-    queue: Any, user: Any, vector_store: Path, settings: LazySettings
+
+class OneAnswerLLM(InFlightLLM):
+    """A server that ignores `n` and answers once (llama-cpp-python's does)."""
+
+    def reply(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        return super().reply({**request, "n": 1})
+
+
+class RefusesManyLLM(InFlightLLM):
+    """A server that refuses `n` above 1 (llama.cpp's, beyond its parallel slots)."""
+
+    refused = 0
+
+    def reply(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        if (request.get("n") or 1) > 1:
+            self.refused += 1
+            return 400, json.dumps({"error": {"message": "n is too large"}}).encode()
+        return super().reply(request)
+
+
+def unique_model() -> str:
+    return f"openai/test-{uuid.uuid4().hex[:8]}"
+
+
+def _generate_all(queue: Any, user: Any, n: int) -> Generation:
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user, n_candidates=n)
+    generation = item.generations.get()
+    pipeline.generation_prepare(generation_id=generation.pk)
+    pipeline.candidates_generate(
+        candidate_ids=list(generation.candidates.values_list("pk", flat=True))
+    )
+    return generation
+
+
+def _all_done_and_distinct(generation: Generation, n: int) -> bool:
+    candidates = list(generation.candidates.all())
+    return (
+        len(candidates) == n
+        and {c.status for c in candidates} == {Candidate.Status.DONE}
+        and len({c.text for c in candidates}) == n
+        and all(c.attempts == 1 for c in candidates)
+        and Item.objects.get(pk=generation.item_id).status == Item.Status.READY
+    )
+
+
+@pytest.mark.usefixtures("vector_store")
+def test_a_generation_asks_for_all_its_answers_in_one_call(
+    queue: Any, user: Any, settings: LazySettings
 ) -> None:
     server = InFlightLLM(latency_s=0).start()
     settings.LLM_API_BASE = server.api_base
-    item = item_create(queue=queue, input_text="Where is my card?", created_by=user, n_candidates=4)
-    generation = item.generations.get()
+    settings.LLM_MODEL = unique_model()  # what an endpoint did is remembered by name
     try:
-        pipeline.generation_prepare(generation_id=generation.pk)
-        pipeline.candidates_generate(
-            candidate_ids=list(generation.candidates.values_list("pk", flat=True))
-        )
+        generation = _generate_all(queue, user, n=4)
     finally:
         server.stop()
-    assert server.most_in_flight == 4
-    candidates = list(generation.candidates.all())
-    assert {c.status for c in candidates} == {Candidate.Status.DONE}
-    assert len({c.text for c in candidates}) == 4 and all(c.attempts == 1 for c in candidates)
-    assert Item.objects.get(pk=item.pk).status == Item.Status.READY
+    assert server.calls == 1 and server.last_request["n"] == 4
+    assert _all_done_and_distinct(generation, 4)
+    done = generation.candidates.first()
+    assert done is not None and done.completion_tokens == llm.count_tokens(done.text)
+
+
+@pytest.mark.usefixtures("vector_store")
+def test_a_server_that_answers_once_is_asked_for_the_rest_at_once_then_always_one_by_one(
+    queue: Any, user: Any, settings: LazySettings
+) -> None:
+    server = OneAnswerLLM(latency_s=0).start()
+    settings.LLM_API_BASE = server.api_base
+    settings.LLM_MODEL = unique_model()  # what an endpoint did is remembered by name
+    try:
+        first = _generate_all(queue, user, n=4)
+        assert server.calls == 1 + 3 and server.most_in_flight == 3
+        second = _generate_all(queue, user, n=4)
+    finally:
+        server.stop()
+    assert server.calls == 4 + 4 and server.most_in_flight == 4
+    assert _all_done_and_distinct(first, 4) and _all_done_and_distinct(second, 4)
+
+
+@pytest.mark.usefixtures("vector_store")
+def test_a_server_that_refuses_several_answers_is_asked_once_per_candidate_at_once(
+    queue: Any, user: Any, settings: LazySettings
+) -> None:
+    server = RefusesManyLLM(latency_s=0).start()
+    settings.LLM_API_BASE = server.api_base
+    settings.LLM_MODEL = unique_model()  # what an endpoint did is remembered by name
+    try:
+        generation = _generate_all(queue, user, n=3)
+    finally:
+        server.stop()
+    assert (server.refused, server.calls, server.most_in_flight) == (1, 3, 3)
+    assert _all_done_and_distinct(generation, 3)
 
 
 class GarbageLLM(FixedLatencyLLM):

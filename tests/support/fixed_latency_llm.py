@@ -3,8 +3,8 @@
 A test double, for the pipeline benchmark (fan-out against a known latency), the fault suite
 (FaultyLLM) and the worker tests, where the real model's speed and wording would blur what is
 measured. Each answer is distinct and names the request it answers, so tests can tell
-candidates apart. It serves any number of calls in
-parallel, as a hosted API does. `python -m tests.support.fixed_latency_llm --port 8099` runs it.
+candidates apart. It serves any number of calls in parallel, and `n` answers in one call, as a
+hosted API does. `python -m tests.support.fixed_latency_llm --port 8099` runs it.
 """
 
 import argparse
@@ -64,26 +64,35 @@ class FixedLatencyLLM:
         return "".join(lines).encode()
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        """As OpenAI answers: `n` choices (1 by default), each a distinct text."""
+        wanted = max(1, int(request.get("n") or 1))
         with self._lock:
             self.calls += 1
             self.last_request = request
-            number = next(self._counter)
+            numbers = [next(self._counter) for _ in range(wanted)]
         messages = request.get("messages") or [{}]
         question = str(messages[-1].get("content", ""))[:200]
-        text = f"Answer {number}: a reply to «{question}»."
         return {
-            "id": f"chatcmpl-{number}",
+            "id": f"chatcmpl-{numbers[0]}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": request.get("model", "fixed-latency"),
             "choices": [
                 {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "index": index,
+                    "message": {
+                        "role": "assistant",
+                        "content": f"Answer {number}: a reply to «{question}».",
+                    },
                     "finish_reason": "stop",
                 }
+                for index, number in enumerate(numbers)
             ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22},
+            "usage": {
+                "prompt_tokens": 10,
+                "completion_tokens": 12 * wanted,
+                "total_tokens": 10 + 12 * wanted,
+            },
         }
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:

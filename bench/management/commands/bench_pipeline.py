@@ -294,7 +294,8 @@ def local_model_measure(options: dict[str, Any]) -> dict[str, Any]:
     queue = Queue.objects.create(
         slug="bench-local",
         name="Local model",
-        system_prompt="You are a bank's support agent. Answer in about 80 words.",
+        # Answers long enough to reach max_tokens, so every N compares answers of one length.
+        system_prompt="You are a bank's support agent. Answer at length, in at least 200 words.",
         max_tokens=LOCAL_MODEL_MAX_TOKENS,
     )
     _finished(item_create(queue=queue, input_text="Warm-up", created_by=reviewer, n_candidates=1))
@@ -304,7 +305,8 @@ def local_model_measure(options: dict[str, Any]) -> dict[str, Any]:
         for number in range(options["repeats"]):
             item = item_create(
                 queue=queue,
-                input_text=f"Question {number}: my card payment was declined twice, why?",
+                input_text=f"Question {number}: my card payment was declined twice. Explain in "
+                "detail every possible reason and what I should do about each one.",
                 created_by=reviewer,
                 n_candidates=size,
             )
