@@ -342,10 +342,13 @@ def generation_finish_if_complete(*, generation_id: int) -> None:
                 updated_at=timezone.now(),
             )
         if flipped and any_done:
-            # In the memory worker, which embeds, at its queue's fair priority (a flood's
-            # rankings do not go ahead of other queues' work). The item is ready meanwhile:
-            # unranked, its candidates keep their shuffled order, as before ranking existed.
-            priority = fair_priority(generation_id=generation_id, queue_id=queue_id)
+            # In the memory worker, which embeds, one step behind its queue's fair priority:
+            # a decision's indexing and a generation's retrieval (priority 0) go first, and a
+            # flood's rankings do not go ahead of other queues' work. The item is ready
+            # meanwhile: unranked, its candidates keep their order until the ranking lands.
+            priority = min(
+                _LOWEST_PRIORITY, 1 + fair_priority(generation_id=generation_id, queue_id=queue_id)
+            )
             transaction.on_commit(
                 lambda: tasks.generation_rank.apply_async((generation_id,), priority=priority),
                 robust=True,
