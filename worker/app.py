@@ -3,9 +3,10 @@
 import logging
 import os
 import sys
+from typing import Any
 
-from celery import Celery
-from celery.signals import worker_ready
+from celery import Celery, Task
+from celery.signals import task_prerun, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "icrlhf.settings")
 
@@ -50,12 +51,28 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
 
 
 @worker_ready.connect
-def warm_up(**_: object) -> None:
-    """Load the embedder and litellm now, so the first generation is not the slow one."""
-    from icrlhf.integrations import embeddings, llm
+def warm_up(sender: Any, **_: object) -> None:
+    """Load the embedder and litellm now, and open the vector store in the worker that owns
+    it (the memory queue's: local mode admits one process), so no first task is the slow one."""
+    from django.conf import settings
+
+    from icrlhf.integrations import embeddings, llm, vectors
 
     try:
         embeddings.warm_up()
         llm.warm_up()
-    except Exception:  # A missing model must not stop the worker; tasks report it.
+        if settings.CELERY_MEMORY_QUEUE in {queue.name for queue in sender.task_consumer.queues}:
+            vectors.warm_up()
+    except Exception:  # A missing model or store must not stop the worker; tasks report it.
         logging.getLogger(__name__).exception("Warm-up failed")
+
+
+@task_prerun.connect
+def connections_checked(task: Task, **_: object) -> None:
+    """A connection kept from an earlier task (CELERY_DB_REUSE_MAX) is dropped if it went
+    bad or outlived CONN_MAX_AGE, and health-checked before its first query. Not for a task
+    run inline (eager): it runs inside its caller's transaction."""
+    from django.db import close_old_connections
+
+    if not task.request.is_eager:
+        close_old_connections()

@@ -68,6 +68,13 @@ def _store() -> Iterator["QdrantClient"]:
             raise VectorStoreUnavailable(f"The vector store is unavailable: {error}") from error
 
 
+def warm_up() -> None:
+    """Open the store now (import, local folder, server connection: about a second), so the
+    first decision's indexing is not the slow one."""
+    with _store():
+        pass
+
+
 def close() -> None:
     """Release the store (local mode holds a folder lock until then)."""
     with _local_lock, _client_lock:

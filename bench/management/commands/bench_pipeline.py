@@ -186,6 +186,9 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
     ]
     for item in items:
         _finished(item)
+    # Decided once their rankings are done (they embed too), as in part (c).
+    unranked = Generation.objects.filter(item__in=items, ranked_at__isnull=True)
+    wait_until(lambda: not unranked.exists(), timeout_s=120, what="the rankings")
     preferred_ids = []
     for item in items:
         candidate = Generation.objects.get(item=item).candidates.first()
