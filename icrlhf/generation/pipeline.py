@@ -26,8 +26,10 @@ from icrlhf.queues.models import Item, Queue
 
 logger = logging.getLogger(__name__)
 
-# A claimed row whose worker died is claimable again once its lease runs out.
-_PREPARE_LEASE = timedelta(minutes=5)
+# A claimed row whose worker died is claimable again once its lease runs out. Preparing takes
+# a second or two at most (the store and the embedder time out sooner), so a worker killed
+# mid-prepare delays its generation by a minute, not five.
+_PREPARE_LEASE = timedelta(minutes=1)
 # Memory candidates are drawn from this many nearest stored requests, not only from the k in
 # the prompt: near neighbours often share one answer, and distinct answers are what is offered.
 MEMORY_NEIGHBOURS = 20

@@ -243,7 +243,8 @@ class GarbageLLM(FixedLatencyLLM):
 class EmptyAnswerLLM(FixedLatencyLLM):
     def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
         answer = self.answer(request)
-        answer["choices"][0]["message"]["content"] = "   "
+        for choice in answer["choices"]:
+            choice["message"]["content"] = "   "
         return 200, json.dumps(answer).encode()
 
 

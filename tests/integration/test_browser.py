@@ -306,10 +306,11 @@ def test_a_ticket_is_triaged_end_to_end(
 ) -> None:
     def triage_answer(request: dict[str, Any]) -> tuple[int, bytes]:
         answer = fixed_llm.answer(request)
-        answer["choices"][0]["message"]["content"] = (
-            'Here you go: {"category": "exchange_rate", "priority": "low", '
-            '"reply": "We will look into it."}'
-        )
+        for choice in answer["choices"]:  # one per candidate asked for (`n`)
+            choice["message"]["content"] = (
+                'Here you go: {"category": "exchange_rate", "priority": "low", '
+                '"reply": "We will look into it."}'
+            )
         return 200, json.dumps(answer).encode()
 
     monkeypatch.setattr(fixed_llm, "respond", triage_answer)
