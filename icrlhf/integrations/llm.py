@@ -11,7 +11,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -245,7 +245,7 @@ def complete_n(call: Call, n: int) -> Iterator[tuple[int, Completion | LLMError]
     slots) is asked n times at once for this generation."""
     endpoint = (call.model, call.api_base)
     if n == 1 or endpoint in _answers_once:
-        yield from _complete_each([call] * n)
+        yield from _complete_each(call, n)
         return
     future = asyncio.run_coroutine_threadsafe(
         acomplete_n(
@@ -260,7 +260,7 @@ def complete_n(call: Call, n: int) -> Iterator[tuple[int, Completion | LLMError]
     try:
         completions = future.result(timeout=settings.LLM_TIMEOUT_S + 30)
     except PermanentLLMError:
-        yield from _complete_each([call] * n)
+        yield from _complete_each(call, n)
         return
     except TransientLLMError as error:
         for index in range(n):
@@ -274,13 +274,13 @@ def complete_n(call: Call, n: int) -> Iterator[tuple[int, Completion | LLMError]
     yield from enumerate(completions[:n])
     if len(completions) < n:
         _answers_once.add(endpoint)
-        for index, outcome in _complete_each([call] * (n - len(completions))):
+        for index, outcome in _complete_each(call, n - len(completions)):
             yield len(completions) + index, outcome
 
 
-def _complete_each(calls: Sequence[Call]) -> Iterator[tuple[int, Completion | LLMError]]:
-    """Makes the calls at once and yields (index in `calls`, its completion or its error) as
-    each one ends, so a caller can save every answer the moment it arrives.
+def _complete_each(call: Call, count: int) -> Iterator[tuple[int, Completion | LLMError]]:
+    """Makes the call `count` times at once and yields (0…count-1, its completion or its
+    error) as each one ends, so a caller can save every answer the moment it arrives.
 
     A call still unanswered LLM_TIMEOUT_S + 30 s after the last one started (a stuck event
     loop; litellm's own timeout ends a stuck call sooner) is reported as timed out."""
@@ -295,7 +295,7 @@ def _complete_each(calls: Sequence[Call]) -> Iterator[tuple[int, Completion | LL
             ),
             loop,
         ): index
-        for index, call in enumerate(calls)
+        for index in range(count)
     }
     try:
         for future in concurrent.futures.as_completed(pending, timeout=settings.LLM_TIMEOUT_S + 30):

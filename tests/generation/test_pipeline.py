@@ -2,10 +2,12 @@
 `mock_response` (the `llm_answer` fixture) or over HTTP from a local endpoint; the vector store
 is a real local folder."""
 
+import contextlib
 import json
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -161,8 +163,17 @@ class RefusesManyLLM(InFlightLLM):
         return super().reply(request)
 
 
-def unique_model() -> str:
-    return f"openai/test-{uuid.uuid4().hex[:8]}"
+@contextlib.contextmanager
+def serving[S: InFlightLLM](server: S, settings: LazySettings) -> Iterator[S]:
+    """The server answers this test's calls, under a model name of its own: what an endpoint
+    did (answered `n` with one answer) is remembered by name, and ports are reused."""
+    server.start()
+    settings.LLM_API_BASE = server.api_base
+    settings.LLM_MODEL = f"openai/test-{uuid.uuid4().hex[:8]}"
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def _generate_all(queue: Any, user: Any, n: int) -> Generation:
@@ -190,13 +201,8 @@ def _all_done_and_distinct(generation: Generation, n: int) -> bool:
 def test_a_generation_asks_for_all_its_answers_in_one_call(
     queue: Any, user: Any, settings: LazySettings
 ) -> None:
-    server = InFlightLLM(latency_s=0).start()
-    settings.LLM_API_BASE = server.api_base
-    settings.LLM_MODEL = unique_model()  # what an endpoint did is remembered by name
-    try:
+    with serving(InFlightLLM(latency_s=0), settings) as server:
         generation = _generate_all(queue, user, n=4)
-    finally:
-        server.stop()
     assert server.calls == 1 and server.last_request["n"] == 4
     assert _all_done_and_distinct(generation, 4)
     done = generation.candidates.first()
@@ -207,15 +213,10 @@ def test_a_generation_asks_for_all_its_answers_in_one_call(
 def test_a_server_that_answers_once_is_asked_for_the_rest_at_once_then_always_one_by_one(
     queue: Any, user: Any, settings: LazySettings
 ) -> None:
-    server = OneAnswerLLM(latency_s=0).start()
-    settings.LLM_API_BASE = server.api_base
-    settings.LLM_MODEL = unique_model()  # what an endpoint did is remembered by name
-    try:
+    with serving(OneAnswerLLM(latency_s=0), settings) as server:
         first = _generate_all(queue, user, n=4)
         assert server.calls == 1 + 3 and server.most_in_flight == 3
         second = _generate_all(queue, user, n=4)
-    finally:
-        server.stop()
     assert server.calls == 4 + 4 and server.most_in_flight == 4
     assert _all_done_and_distinct(first, 4) and _all_done_and_distinct(second, 4)
 
@@ -224,13 +225,8 @@ def test_a_server_that_answers_once_is_asked_for_the_rest_at_once_then_always_on
 def test_a_server_that_refuses_several_answers_is_asked_once_per_candidate_at_once(
     queue: Any, user: Any, settings: LazySettings
 ) -> None:
-    server = RefusesManyLLM(latency_s=0).start()
-    settings.LLM_API_BASE = server.api_base
-    settings.LLM_MODEL = unique_model()  # what an endpoint did is remembered by name
-    try:
+    with serving(RefusesManyLLM(latency_s=0), settings) as server:
         generation = _generate_all(queue, user, n=3)
-    finally:
-        server.stop()
     assert (server.refused, server.calls, server.most_in_flight) == (1, 3, 3)
     assert _all_done_and_distinct(generation, 3)
 
