@@ -110,6 +110,8 @@ class Candidate(models.Model):
     confidence = models.FloatField(null=True, blank=True)
     error = models.TextField(blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
+    # When a transient failure's retry is due: the item page counts down to it.
+    retry_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     model = models.CharField(max_length=200, blank=True)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
