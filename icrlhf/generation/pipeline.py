@@ -231,6 +231,7 @@ def _candidates_claim(candidate_ids: list[int]) -> list[Candidate]:
             lease_expires_at=now + _candidate_lease(),
             attempts=F("attempts") + 1,
             started_at=now,
+            retry_at=None,
         )
         exhausted = [pk for pk, attempts in rows if attempts >= max_attempts]
     for pk in exhausted:
@@ -249,11 +250,15 @@ def _candidate_save(
 ) -> None:
     running = Candidate.objects.filter(pk=candidate.pk, status=Candidate.Status.RUNNING)
     if isinstance(outcome, llm.TransientLLMError):
+        countdown = _retry_countdown(candidate)
         released = running.update(
-            status=Candidate.Status.PENDING, error=f"Retrying: {outcome}", lease_expires_at=None
+            status=Candidate.Status.PENDING,
+            error=f"Retrying: {outcome}",
+            lease_expires_at=None,
+            retry_at=timezone.now() + timedelta(seconds=countdown),
         )
         if released:
-            _retry_schedule(candidate)
+            _retry_schedule(candidate, countdown=countdown)
         return
     if isinstance(outcome, llm.LLMError):
         candidate_fail(candidate_id=candidate.pk, message=str(outcome), finish=False)
@@ -275,10 +280,14 @@ def _candidate_save(
     )
 
 
-def _retry_schedule(candidate: Candidate) -> None:
-    """Again later, alone: exponential backoff with full jitter (2, 4, 8 … s, at most 60), so
-    calls a rate limit refused together do not all come back at the same moment."""
-    countdown = random.uniform(0, min(RETRY_BACKOFF_MAX_S, 2**candidate.attempts))
+def _retry_countdown(candidate: Candidate) -> float:
+    """Exponential backoff with full jitter (2, 4, 8 … s, at most 60), so calls a rate limit
+    refused together do not all come back at the same moment."""
+    return random.uniform(0, min(RETRY_BACKOFF_MAX_S, 2**candidate.attempts))
+
+
+def _retry_schedule(candidate: Candidate, *, countdown: float) -> None:
+    """Again later, alone, after `countdown` seconds."""
     priority = fair_priority(
         generation_id=candidate.generation_id, queue_id=candidate.generation.item.queue_id
     )
