@@ -1,0 +1,190 @@
+"""The item page says what is happening and refuses what it cannot stand behind: waiting and
+failing in words, a stale page's decision, a skipped item coming back, the ranking's note."""
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.review.models import Claim, Decision
+from icrlhf.review.templatetags.markup import word_diff
+from tests.factories import (
+    CandidateFactory,
+    GenerationFactory,
+    ItemFactory,
+    UserFactory,
+    ready_generation,
+)
+
+pytestmark = pytest.mark.django_db
+
+TIMEOUT_ERROR = (
+    "The model did not answer in time: APITimeoutError - Request timed out. "
+    "Error_str: Request timed out."
+)
+
+
+def running_generation(queue: Any, **candidate: Any) -> tuple[Any, Candidate]:
+    item = ItemFactory(queue=queue, status="generating")
+    generation = GenerationFactory(item=item, n_candidates=2, status=Generation.Status.RUNNING)
+    CandidateFactory(generation=generation, position=0, text="Ready one.")
+    waiting = CandidateFactory(generation=generation, position=1, **candidate)
+    return item, waiting
+
+
+def test_a_timeout_reads_as_a_sentence_and_its_raw_text_is_for_admins(
+    queue: Any, logged_in: Client, user: User
+) -> None:
+    item, _ = running_generation(
+        queue, status=Candidate.Status.FAILED, error=f"Gave up after 4 attempts. {TIMEOUT_ERROR}"
+    )
+    page = logged_in.get(f"/items/{item.pk}/").content.decode()
+    assert "The model did not answer within 60 s; gave up after 4 attempts" in page
+    assert "APITimeoutError" not in page
+
+    user.is_staff = True
+    user.save()
+    assert "APITimeoutError" in logged_in.get(f"/items/{item.pk}/").content.decode()
+
+
+def test_a_retrying_candidate_says_which_retry_and_when(
+    queue: Any, logged_in: Client, settings: Any
+) -> None:
+    settings.LLM_MAX_RETRIES = 3
+    item, _ = running_generation(
+        queue,
+        status=Candidate.Status.PENDING,
+        attempts=2,
+        error=f"Retrying: {TIMEOUT_ERROR}",
+        retry_at=timezone.now() + timedelta(seconds=7.5),
+    )
+    page = logged_in.get(f"/items/{item.pk}/").content.decode()
+    assert "The model did not answer within 60 s; retrying (2 of 3) in 8 s." in page
+    assert "retrying, " in page  # the generation's state
+    assert "Error_str" not in page
+
+
+def test_a_queued_generation_says_how_many_are_ahead_and_how_long_it_has_waited(
+    queue: Any, logged_in: Client
+) -> None:
+    earlier = GenerationFactory(item=ItemFactory(queue=queue), status=Generation.Status.RUNNING)
+    Generation.objects.filter(pk=earlier.pk).update(
+        created_at=timezone.now() - timedelta(minutes=1)
+    )
+    item = ItemFactory(queue=queue, status="generating")
+    generation = GenerationFactory(item=item, n_candidates=1, status=Generation.Status.PENDING)
+    CandidateFactory(generation=generation, status=Candidate.Status.PENDING, text="")
+    Generation.objects.filter(pk=generation.pk).update(
+        created_at=timezone.now() - timedelta(seconds=12)
+    )
+    page = logged_in.get(f"/items/{item.pk}/").content.decode()
+    assert "queued, 1 ahead, 12 s so far" in page
+    assert "Queued for the model." in page
+
+
+def test_polling_goes_on_until_the_ranking_has_renumbered_the_candidates(
+    queue: Any, logged_in: Client
+) -> None:
+    item = ItemFactory(queue=queue)
+    generation = ready_generation(item, ["one", "two"])
+    Generation.objects.filter(pk=generation.pk).update(finished_at=timezone.now())
+    htmx = {"HTTP_HX_REQUEST": "true"}
+    assert logged_in.get(f"/items/{item.pk}/", **htmx).status_code == 200  # keeps polling
+
+    Generation.objects.filter(pk=generation.pk).update(ranked_at=timezone.now())
+    assert logged_in.get(f"/items/{item.pk}/", **htmx).status_code == 286  # stops
+
+
+def test_the_ranking_note_is_shown_only_when_history_ranked_the_candidates(
+    queue: Any, logged_in: Client
+) -> None:
+    note = "best first, by what this queue's reviewers accepted before"
+    item = ItemFactory(queue=queue)
+    generation = ready_generation(item, ["one", "two"])
+    Generation.objects.filter(pk=generation.pk).update(ranked_at=timezone.now())
+    assert note not in logged_in.get(f"/items/{item.pk}/").content.decode()
+
+    Generation.objects.filter(pk=generation.pk).update(stored_examples=12)
+    assert note in logged_in.get(f"/items/{item.pk}/").content.decode()
+
+
+def test_a_decision_from_a_page_that_showed_other_candidates_is_refused(
+    queue: Any, logged_in: Client
+) -> None:
+    item = ItemFactory(queue=queue)
+    generation = ready_generation(item, ["one", "two", "three"])
+    first, second, third = generation.candidates.order_by("position")
+    logged_in.get(f"/items/{item.pk}/")  # claims it
+    duplicated = f"{second.pk},{second.pk},{first.pk}"  # one shown twice, one hidden
+
+    response = logged_in.post(
+        f"/items/{item.pk}/decide/",
+        {"choice": f"c{second.pk}", "shown_candidates": duplicated},
+        follow=True,
+    )
+    assert "did not show this item&#x27;s candidates as they are stored" in (
+        response.content.decode()
+    )
+    assert not Decision.objects.exists()
+
+    shown = f"{third.pk},{first.pk},{second.pk}"  # the same ones, in another order: fine
+    logged_in.post(
+        f"/items/{item.pk}/decide/", {"choice": f"c{second.pk}", "shown_candidates": shown}
+    )
+    assert Decision.objects.get().chosen_candidate == second
+
+
+def test_the_page_sends_the_candidates_it_shows(queue: Any, logged_in: Client) -> None:
+    item = ItemFactory(queue=queue)
+    generation = ready_generation(item, ["one", "two"])
+    ids = ",".join(
+        str(pk) for pk in generation.candidates.order_by("position").values_list("pk", flat=True)
+    )
+    page = logged_in.get(f"/items/{item.pk}/").content.decode()
+    assert f'data-candidate-ids="{ids}"' in page
+    assert f'name="shown_candidates" value="{ids}"' in page
+
+
+def test_a_skipped_item_that_comes_back_says_so(queue: Any, logged_in: Client, user: User) -> None:
+    item = ItemFactory(queue=queue)
+    ready_generation(item, ["one"])
+    logged_in.get(f"/items/{item.pk}/")
+    logged_in.post(f"/items/{item.pk}/skip/")
+    assert Claim.objects.get(item=item).skipped
+
+    response = logged_in.post(f"/q/{queue.slug}/review/next/", follow=True)  # only it is left
+    assert "You skipped this item earlier" in response.content.decode()
+    colleague = UserFactory()
+    queue.members.add(colleague)
+    other = Client()
+    other.force_login(colleague)
+    assert "You skipped" not in other.get(f"/items/{item.pk}/").content.decode()
+
+
+def test_the_end_of_the_queue_sums_up_the_day_and_leads_on(queue: Any, logged_in: Client) -> None:
+    item = ItemFactory(queue=queue)
+    generation = ready_generation(item, ["one", "two"])
+    logged_in.get(f"/items/{item.pk}/")
+    logged_in.post(f"/items/{item.pk}/decide/", {"choice": f"c{generation.candidates.first().pk}"})
+    page = logged_in.get(f"/q/{queue.slug}/review/").content.decode()
+    assert "Nothing left to review" in page
+    assert "Today you decided <strong>1</strong> item in this queue: 1 chosen." in page
+    assert f'href="/q/{queue.slug}/dashboard/"' in page
+    assert f'href="/q/{queue.slug}/#new-item"' in page
+
+
+def test_the_word_diff_groups_a_rewrite_into_one_change() -> None:
+    assert str(word_diff("the cat sat here", "a dog ran here")) == (
+        "<del>the cat sat</del><ins>a dog ran</ins> here"
+    )
+    # Changes far apart stay apart; what is between them stays unmarked.
+    assert str(word_diff("one two three four five", "uno two three four cinco")) == (
+        "<del>one</del><ins>uno</ins> two three four <del>five</del><ins>cinco</ins>"
+    )
+    assert str(word_diff("<b>x</b>", "<i>x</i>")) == (
+        "<del>&lt;b&gt;x&lt;/b&gt;</del><ins>&lt;i&gt;x&lt;/i&gt;</ins>"
+    )
