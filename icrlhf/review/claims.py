@@ -69,8 +69,9 @@ def claim_take(*, item_id: int, reviewer: User) -> datetime | None:
     if free_slots(item, reviewer, now) <= 0:
         return None
     expires_at = now + claim_ttl()
+    # A skip stays recorded when the item comes back: the page tells the reviewer so.
     Claim.objects.update_or_create(
-        item=item, reviewer=reviewer, defaults={"expires_at": expires_at, "skipped": False}
+        item=item, reviewer=reviewer, defaults={"expires_at": expires_at}
     )
     return expires_at
 

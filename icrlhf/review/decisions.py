@@ -46,17 +46,28 @@ def decision_record(
     comment: str = "",
     time_to_decide_ms: int | None = None,
     corrections: dict[str, str] | None = None,
+    shown_candidate_ids: Sequence[int] | None = None,
 ) -> Decision:
     """Record a reviewer's verdict on the item's latest generation, with its examples.
 
     Item and claims are read under a row lock, so of concurrent decisions only as many as the
     queue's reviewers per item win; the others get DecisionConflict and nothing is written.
+    `shown_candidate_ids`, the candidates the reviewer's page showed, must be the
+    generation's, each once: a page that showed something else is refused.
     """
     item = item_lock(item_id)
     now = timezone.now()
     generation = generation_selectors.generation_latest(item=item)
     if generation is None:
         raise DecisionConflict("This item has no candidates to decide on yet.")
+    if shown_candidate_ids is not None:
+        stored = set(generation.candidates.values_list("pk", flat=True))
+        shown = list(shown_candidate_ids)
+        if len(shown) != len(set(shown)) or set(shown) != stored:
+            raise DecisionConflict(
+                "Your page did not show this item's candidates as they are stored, so nothing "
+                "was saved. Here they are as they are now: please decide again."
+            )
     if not Item.objects.filter(pk=item.pk).filter(reviewable()).exists():
         if item.status == Item.Status.DECIDED:
             raise DecisionConflict("This item has already been decided; your choice was not saved.")

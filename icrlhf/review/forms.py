@@ -22,6 +22,8 @@ class DecisionInput:
     comment: str = ""
     time_to_decide_ms: int | None = None
     corrections: dict[str, str] = field(default_factory=dict)
+    # The candidates the reviewer's page showed, by id, in its order (None: not sent).
+    shown_candidate_ids: list[int] | None = None
 
 
 class DecisionForm(forms.Form):
@@ -32,6 +34,7 @@ class DecisionForm(forms.Form):
     choice = forms.RegexField(regex=r"^(c\d+|none)$")
     comment = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS)
     shown_at_ms = forms.IntegerField(required=False, min_value=0)
+    shown_candidates = forms.RegexField(regex=r"^\d{1,18}(,\d{1,18}){0,63}$", required=False)
 
     def decision_input(self) -> DecisionInput:
         """Call after is_valid()."""
@@ -52,6 +55,11 @@ class DecisionForm(forms.Form):
             corrections={
                 key: _lines(self.data.get(f"triage_{key}", "")).strip() for key in _TRIAGE_FIELDS
             },
+            shown_candidate_ids=(
+                [int(pk) for pk in data["shown_candidates"].split(",")]
+                if data["shown_candidates"]
+                else None
+            ),
         )
 
 

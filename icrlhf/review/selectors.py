@@ -1,4 +1,5 @@
 import statistics
+from collections import Counter
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
@@ -62,8 +63,34 @@ def review_progress(*, queue: Queue, reviewer: User) -> ReviewProgress:
     )
 
 
+@dataclass(frozen=True)
+class DaySummary:
+    """A reviewer's day in a queue, for the end of the queue: decided, by verdict."""
+
+    by_verdict: list[tuple[str, int]]  # (verdict's label, count), the verdicts given today
+
+    @property
+    def decided(self) -> int:
+        return sum(count for _, count in self.by_verdict)
+
+
+def review_day_summary(*, queue: Queue, reviewer: User) -> DaySummary:
+    midnight = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    counts = Counter(
+        Decision.objects.standing()
+        .filter(item__queue=queue, reviewer=reviewer, created_at__gte=midnight)
+        .values_list("verdict", flat=True)
+    )
+    return DaySummary(
+        by_verdict=[
+            (label, counts[value]) for value, label in Decision.Verdict.choices if counts[value]
+        ]
+    )
+
+
 def items_skipped(*, queue: Queue, reviewer: User) -> QuerySet[Item]:
-    """What this reviewer skipped in the queue and is still open to them."""
+    """What this reviewer skipped in the queue and is still open to them (not what they
+    have taken again)."""
     return (
         Item.objects.filter(
             queue=queue,
@@ -71,6 +98,7 @@ def items_skipped(*, queue: Queue, reviewer: User) -> QuerySet[Item]:
             claims__reviewer=reviewer,
             claims__skipped=True,
         )
+        .exclude(claims__reviewer=reviewer, claims__expires_at__gt=timezone.now())
         .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
         .order_by("created_at")
     )

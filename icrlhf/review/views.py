@@ -24,7 +24,7 @@ from icrlhf.queues.models import Item, Queue
 from icrlhf.review import automation as review_automation
 from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
-from icrlhf.review import selectors
+from icrlhf.review import live, selectors
 from icrlhf.review.forms import DecisionForm
 from icrlhf.review.models import Automation, Decision
 
@@ -55,8 +55,14 @@ def queue_review(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     review_check(request.user, queue)
     progress = selectors.review_progress(queue=queue, reviewer=request.user)
-    skipped = selectors.items_skipped(queue=queue, reviewer=request.user)
-    context = {"queue": queue, "progress": progress, "skipped": skipped, **_undo_offer(request)}
+    skipped = list(selectors.items_skipped(queue=queue, reviewer=request.user))
+    context = {
+        "queue": queue,
+        "progress": progress,
+        "skipped": skipped,
+        "day": selectors.review_day_summary(queue=queue, reviewer=request.user),
+        **_undo_offer(request),
+    }
     return render(request, "review/queue.html", context)
 
 
@@ -101,6 +107,12 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         if generation
         else []
     )
+    now = timezone.now()
+    for candidate in candidates:  # read by the page: what a waiting or failed one says
+        candidate.problem = live.candidate_problem(  # type: ignore[attr-defined]
+            candidate=candidate, show_detail=request.user.is_staff
+        )
+        candidate.waiting = live.candidate_waiting(candidate=candidate, now=now)  # type: ignore[attr-defined]
     # What picking each candidate puts into the kind's correction fields; the categories they
     # propose come first in the category list, then every other one, sorted.
     prefills = [kind.prefill(text=c.text, fields=c.fields, queue=item.queue) for c in candidates]
@@ -112,9 +124,25 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "queue": item.queue,
         "kind": kind,
         "likely_categories": likely,
-        "other_categories": sorted(set(item.queue.categories) - set(likely)),
+        "other_categories": sorted(set(item.queue.categories) - set(likely), key=str.lower),
         "generation": generation,
         "candidates": candidates,
+        # Polling goes on until nothing can change without the reviewer (the ranking's order
+        # included), so that the page always shows what a reload would.
+        "polling": generation is not None
+        and not live.generation_settled(generation=generation, decided=bool(decisions), now=now),
+        "waiting": generation
+        and live.generation_waiting(
+            generation=generation,
+            candidates=candidates,
+            ahead=live.generations_ahead(generation=generation),
+            now=now,
+        ),
+        # Said only when the order rests on something: this queue's decisions or memory.
+        "ranked_by_history": generation is not None
+        and generation.ranked_at is not None
+        and bool(generation.calibration_id or generation.stored_examples),
+        "skipped_before": my_claim is not None and my_claim.skipped and mine is None,
         "progress": (
             generation_selectors.generation_progress(generation=generation) if generation else None
         ),
@@ -147,6 +175,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         and (my_claim is not None or len(claims) == 0),
         "shown_at_ms": int(time.time() * 1000),
         "comment_max_chars": review_decisions.MAX_COMMENT_CHARS,
+        "undo_window_s": settings.REVIEW_UNDO_WINDOW_S,
         **_undo_offer(request),
         "claim_renew_ms": max(5, settings.REVIEW_CLAIM_TTL_S // 3) * 1000,
     }
@@ -157,7 +186,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
             )
         return render(request, "review/item.html", context)
     response = render(request, "review/item.html#live", context)
-    if generation is None or generation.is_finished:
+    if not context["polling"]:
         return HttpResponseStopPolling(response.content)
     return response
 
@@ -191,7 +220,11 @@ def _form_problem(form: DecisionForm) -> str:
     """The real reason a decision was refused, in a sentence."""
     if "choice" in form.errors:
         return "Choose a candidate or “none acceptable”; nothing was saved."
-    labels = {"comment": "Comment", "shown_at_ms": "Time shown"}
+    labels = {
+        "comment": "Comment",
+        "shown_at_ms": "Time shown",
+        "shown_candidates": "Candidates shown",
+    }
     reasons = " ".join(
         f"{labels.get(name, name)}: {' '.join(str(error) for error in errors)}"
         for name, errors in form.errors.items()
@@ -219,6 +252,7 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
             comment=submitted.comment,
             time_to_decide_ms=submitted.time_to_decide_ms,
             corrections=submitted.corrections,
+            shown_candidate_ids=submitted.shown_candidate_ids,
         )
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))

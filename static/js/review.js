@@ -3,20 +3,25 @@
 //
 // What this script needs from templates/review/item.html (change both together):
 //   #review[data-draft-key][data-decided]   the page; data-decided once the server has it
-//   #decision-form                          the decision form (absent: nothing to decide);
-//     polls swap it while candidates arrive, keeping [hx-preserve] parts (finished
-//     candidates, #verdict, #shown-at) as they are
-//   article.candidate.done#candidate-<L>    a finished candidate, L its label (1, 2, …); one
-//                                           still coming is #waiting-candidate-<L>
-//   input[name=choice]#choice-<L>           picking it
+//   #review[data-undo-window-s]             how long a decision can be undone
+//   #decision-form[data-candidate-ids]      the decision form (absent: nothing to decide) and
+//     the candidates' ids as the server had them at the last poll; polls swap it while
+//     candidates arrive, keeping [hx-preserve] parts (each candidate's pick and editor,
+//     #verdict, #shown-at) as they are, matched by candidate id
+//   input[name=shown_candidates]            filled on submit with the ids the page shows
+//   #stale-page                             says the page was out of date
+//   article.candidate[data-label][data-candidate-id]  a candidate, L its number (1, 2, …)
+//   .candidate-number                       a number inside a preserved part, renewed here
+//   input[name=choice]                      picking a candidate (#choice-none: none acceptable)
 //   details.editor[data-choice=<radio id>]  its editor, holding
 //     textarea[data-original] and .diff     the edit and its word diff
 //   #comment, input[name=reason_tags]       the comment and reasons
 //   #corrections, [name=triage_category|priority|reply]  triage fields, filled on a pick from
 //     the candidate's .triage-fields or .triage-prefill [data-category|priority|reply]
-//   #triage-category-search                 narrows #triage-category as one types
+//   #triage-category[role=combobox]         the category box, its #triage-category-list
 //   #skip-form, #undo-form                  what "s" and "u" submit
 //   #undo-form[data-undo-until]             the undo window's end (epoch ms), counted down
+//   #key-hint                               says why a key did nothing
 //   form[data-confirm]                      asks this before submitting
 //   details[data-remember=<key>]            open or closed as last left (localStorage)
 //   #keymap, #keymap-open                   the shortcut list and its button
@@ -48,7 +53,7 @@
   // It runs once the reviewer pauses typing, not on every keystroke.
   const DIFF_TIMEOUT_MS = 50, DIFF_PAUSE_MS = 150;
   function renderDiff(textarea) {
-    const box = textarea.parentElement.querySelector(".diff");
+    const box = textarea.closest("details.editor").querySelector(".diff");
     if (!box) return;
     box.replaceChildren();
     const parts = Diff.diffWordsWithSpace(textarea.dataset.original || "", textarea.value, { timeout: DIFF_TIMEOUT_MS });
@@ -60,12 +65,42 @@
       box.textContent = "No changes yet.";
       return;
     }
-    parts.forEach(function (part) {
+    groupChanges(parts).forEach(function (part) {
       const tag = part.added ? "ins" : part.removed ? "del" : "";
       const node = tag ? document.createElement(tag) : document.createTextNode(part.value);
       if (tag) node.textContent = part.value;
       box.appendChild(node);
     });
+  }
+  // Changes separated only by spaces or one unchanged word read as one rewrite: "<del>the
+  // cat sat</del><ins>a dog ran</ins>", not three swaps with the spaces between them.
+  // (The server's word_diff in templatetags/markup.py groups the same way.)
+  function groupChanges(parts) {
+    const grouped = [];
+    let removed = "", added = "", pending = "";
+    function flush() {
+      if (removed) grouped.push({ removed: true, value: removed });
+      if (added) grouped.push({ added: true, value: added });
+      removed = added = "";
+    }
+    parts.forEach(function (part) {
+      if (part.added || part.removed) {
+        if (pending) { removed += pending; added += pending; pending = ""; }
+        if (part.added) added += part.value; else removed += part.value;
+        return;
+      }
+      const inChange = removed || added;
+      if (inChange && part.value.trim().split(/\s+/).filter(Boolean).length <= 1 && !pending) {
+        pending = part.value;  // absorbed if another change follows it
+        return;
+      }
+      flush();
+      if (pending) { grouped.push({ value: pending }); pending = ""; }
+      grouped.push({ value: part.value });
+    });
+    flush();
+    if (pending) grouped.push({ value: pending });
+    return grouped;
   }
   function debounced(run, pauseMs) {
     let timer = null;
@@ -127,6 +162,7 @@
 
   // Runs on load and after every poll's swap.
   function setUp() {
+    relabel();
     const f = form();
     if (!f) return;
     bindOnce(f, "textarea[data-original]", function (t) {
@@ -153,8 +189,22 @@
     });
   }
 
-  // A long answer shows its first lines, with "Show all" to unfold it.
+  // The numbers inside preserved parts (an editor's "candidate 2") follow the candidate's
+  // number as the server renders it now: the ranking renumbers candidates.
+  function relabel() {
+    document.querySelectorAll("article.candidate[data-label]").forEach(function (card) {
+      card.querySelectorAll(".candidate-number").forEach(function (number) {
+        number.textContent = card.dataset.label;
+      });
+    });
+  }
+
+  // A long answer shows its first lines, with "Show all" to unfold it; unfolded stays
+  // unfolded when a poll renders the text again.
+  const unfolded = new Set();
   function foldIfLong(text) {
+    const id = text.dataset.candidateId || "";
+    if (unfolded.has(id)) return;
     text.classList.add("folded");
     if (text.scrollHeight <= text.clientHeight + 8) { text.classList.remove("folded"); return; }
     const button = document.createElement("button");
@@ -164,8 +214,47 @@
     button.addEventListener("click", function () {
       const folded = text.classList.toggle("folded");
       button.textContent = folded ? "Show all" : "Show less";
+      if (folded) unfolded.delete(id); else unfolded.add(id);
     });
     text.after(button);
+  }
+
+  // Says, for a few seconds, why a key did nothing.
+  let hintTimer = null;
+  function hint(message) {
+    const box = document.getElementById("key-hint");
+    if (!box) return;
+    box.textContent = message;
+    box.hidden = false;
+    clearTimeout(hintTimer);
+    hintTimer = setTimeout(function () { box.hidden = true; }, 4000);
+  }
+
+  // The candidates the page shows, by id, in its order.
+  function shownCandidateIds() {
+    return Array.prototype.map.call(
+      document.querySelectorAll("#decision-form article.candidate[data-candidate-id]"),
+      function (card) { return card.dataset.candidateId; });
+  }
+  // Refuses a decision made on a page whose candidates are not the server's (one shown twice,
+  // one missing): the page reloads, the draft keeps the pick and what was typed.
+  function candidatesAgree(f) {
+    const shown = shownCandidateIds();
+    const stored = (f.dataset.candidateIds || "").split(",").filter(Boolean);
+    const field = f.querySelector("input[name=shown_candidates]");
+    if (field) field.value = shown.join(",");
+    const agree = shown.length === stored.length && new Set(shown).size === shown.length
+      && stored.every(function (id) { return shown.indexOf(id) !== -1; });
+    if (!agree) {
+      const box = document.getElementById("stale-page");
+      if (box) {
+        box.textContent = "This page's candidates were out of date, so nothing was submitted. Reloading it; your pick and edits are kept.";
+        box.hidden = false;
+      }
+      saveDraft();
+      setTimeout(function () { window.location.reload(); }, 1500);
+    }
+    return agree;
   }
 
   // Triage: picking a candidate fills the correction fields with its values, to adjust.
@@ -180,23 +269,79 @@
     box.querySelector("[name=triage_reply]").value = data.reply || "";
   }
 
-  // Triage: the category search narrows the list to the names containing what is typed and
-  // selects the first of them (Enter or Tab then moves on).
-  function categorySearch(search) {
-    const select = document.getElementById("triage-category");
-    if (!select) return;
-    search.addEventListener("input", function () {
-      const wanted = search.value.trim().toLowerCase().replace(/[\s-]+/g, "_");
-      let first = null;
-      select.querySelectorAll("option").forEach(function (option) {
-        const match = !wanted || !option.value || option.value.toLowerCase().indexOf(wanted) !== -1;
-        option.hidden = !match;
-        if (match && option.value && !first) first = option;
-      });
-      if (wanted && first) { select.value = first.value; saveDraft(); }
+  // Triage: the category is an editable combobox with a list of matches (the ARIA combobox
+  // pattern, list autocomplete). Typing shows the matches: an exact name first, then names with
+  // a word starting with what is typed, then names containing it. Arrow keys move through
+  // them, Enter or Tab takes the highlighted one, Escape closes the list.
+  function normalised(text) { return text.trim().toLowerCase().replace(/[\s-]+/g, "_"); }
+  function matchRank(value, wanted) {
+    const name = value.toLowerCase();
+    if (!wanted) return 3;
+    if (name === wanted) return 0;
+    if (name.startsWith(wanted)) return 1;
+    if (name.split("_").some(function (word, i, words) {
+      return words.slice(i).join("_").startsWith(wanted);
+    })) return 2;
+    return name.indexOf(wanted) !== -1 ? 3 : -1;
+  }
+  function categoryCombobox(input) {
+    const list = document.getElementById(input.getAttribute("aria-controls"));
+    const status = document.getElementById("triage-category-status");
+    if (!list) return;
+    const options = Array.prototype.slice.call(list.querySelectorAll("[role=option]"));
+    let active = null;
+    function highlight(option) {
+      options.forEach(function (o) { o.setAttribute("aria-selected", o === option ? "true" : "false"); });
+      active = option;
+      if (option) { input.setAttribute("aria-activedescendant", option.id); option.scrollIntoView({ block: "nearest" }); }
+      else input.removeAttribute("aria-activedescendant");
+    }
+    function open(show) {
+      list.hidden = !show;
+      input.setAttribute("aria-expanded", show ? "true" : "false");
+      if (!show) highlight(null);
+    }
+    function visible() {  // in the list's order, which filter() ranks
+      return Array.prototype.filter.call(list.querySelectorAll("[role=option]"), function (o) { return !o.hidden; });
+    }
+    function filter() {
+      const wanted = normalised(input.value);
+      const ranked = options.map(function (o, index) { return { o: o, rank: matchRank(o.dataset.value, wanted), index: index }; });
+      ranked.sort(function (a, b) { return (a.rank < 0) - (b.rank < 0) || a.rank - b.rank || a.index - b.index; });
+      ranked.forEach(function (r) { r.o.hidden = r.rank < 0; list.appendChild(r.o); });
+      const shown = visible();
+      if (status) status.textContent = wanted ? (shown.length ? shown.length + " matching" : "No category matches “" + input.value.trim() + "”") : "";
+      open(shown.length > 0);
+      highlight(wanted && shown.length ? shown[0] : null);
+    }
+    function take(option) {
+      input.value = option.dataset.value;
+      open(false);
+      if (status) status.textContent = "";
+      saveDraft();
+    }
+    input.addEventListener("input", filter);
+    input.addEventListener("focus", function () { if (!input.value) filter(); });
+    input.addEventListener("blur", function () { setTimeout(function () { open(false); }, 150); });
+    input.addEventListener("keydown", function (event) {
+      const shown = visible();
+      const at = shown.indexOf(active);
+      if (event.key === "ArrowDown" || event.key === "ArrowUp") {
+        event.preventDefault();
+        if (list.hidden) { filter(); return; }
+        const step = event.key === "ArrowDown" ? 1 : -1;
+        highlight(shown[(at + step + shown.length) % shown.length] || null);
+      } else if (event.key === "Enter" && !event.ctrlKey && !event.metaKey) {
+        if (active && !list.hidden) { event.preventDefault(); event.stopPropagation(); take(active); }
+      } else if (event.key === "Tab" && active && !list.hidden) {
+        take(active);
+      } else if (event.key === "Escape" && !list.hidden) {
+        event.preventDefault(); event.stopPropagation(); open(false);
+      }
     });
-    search.addEventListener("keydown", function (event) {
-      if (event.key === "Enter") { event.preventDefault(); select.focus(); }
+    list.addEventListener("mousedown", function (event) {
+      const option = event.target.closest("[role=option]");
+      if (option) { event.preventDefault(); take(option); }
     });
   }
 
@@ -219,12 +364,18 @@
   }
 
   function pick(label) {
-    const radio = document.getElementById("choice-" + label);
-    if (!radio) return;
+    const card = label === "none" ? null
+      : document.querySelector("#decision-form article.candidate[data-label='" + label + "']");
+    const radio = label === "none" ? document.getElementById("choice-none")
+      : card && card.querySelector("input[name=choice]");
+    if (!radio) {
+      if (card) hint("Candidate " + label + " has not arrived yet.");
+      else if (form()) hint("There is no candidate " + label + ".");
+      return;
+    }
     radio.checked = true;
     prefillTriage(radio);
     saveDraft();
-    const card = document.getElementById("candidate-" + label);
     (card || radio).focus();
   }
   function editPicked() {
@@ -271,12 +422,28 @@
     else if (event.key === "e") { event.preventDefault(); editPicked(); }
     else if (event.key === "x") { event.preventDefault(); pick("none"); }
     else if (event.key === "s") { event.preventDefault(); submitForm("skip-form"); }
-    else if (event.key === "u") { event.preventDefault(); submitForm("undo-form"); }
+    else if (event.key === "u") {
+      event.preventDefault();
+      if (document.getElementById("undo-form")) submitForm("undo-form");
+      else hint("Nothing to undo: a decision can be undone for " + (root.dataset.undoWindowS || "a few") + " s after it is saved, and that time has passed.");
+    }
     else if (event.key === "?") { event.preventDefault(); toggleKeymap(); }
-    else if (event.key === "Enter" && f && f.querySelector("input[name=choice]:checked")
-             && event.target.tagName !== "BUTTON" && event.target.tagName !== "SUMMARY") {
+    else if (event.key === "Enter" && f && event.target.tagName !== "BUTTON"
+             && event.target.tagName !== "SUMMARY" && event.target.tagName !== "A") {
       event.preventDefault(); f.requestSubmit();
     }
+  });
+
+  // A decision needs a pick, and a page that shows the server's candidates.
+  document.addEventListener("submit", function (event) {
+    const f = form();
+    if (!f || event.target !== f) return;
+    if (!f.querySelector("input[name=choice]:checked")) {
+      event.preventDefault();
+      hint("Pick a candidate first (its number, or x for none acceptable); nothing was submitted.");
+      return;
+    }
+    if (!candidatesAgree(f)) event.preventDefault();
   });
 
   // --- The undo banner counts its window down and goes when it ends ------------------------------
@@ -304,7 +471,7 @@
   if (keymapOpen) keymapOpen.addEventListener("click", toggleKeymap);
   document.body.addEventListener("htmx:afterSwap", setUp);
   setUp();
-  bindOnce(document, "#triage-category-search", categorySearch);
+  bindOnce(document, "#triage-category[role=combobox]", categoryCombobox);
   rememberGuidelines();
   undoCountdown();
 })();

@@ -32,17 +32,29 @@ def _render(text: str) -> str:
 
 @register.filter
 def word_diff(original: str, final: str) -> SafeString:
-    """The words an edit removed (<del>) and added (<ins>), escaped; LLM text is untrusted."""
+    """The words an edit removed (<del>) and added (<ins>), escaped; LLM text is untrusted.
+    Changes separated only by spaces or one unchanged word are one change, so that a rewrite
+    reads as a rewrite (static/js/review.js groups the live diff the same way)."""
     before, after = re.split(r"(\s+)", original or ""), re.split(r"(\s+)", final or "")
-    parts: list[str] = []
     matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
-    for operation, a_start, a_end, b_start, b_end in matcher.get_opcodes():
-        removed, added = "".join(before[a_start:a_end]), "".join(after[b_start:b_end])
-        if operation == "equal":
-            parts.append(escape(removed))
+    runs = [  # (unchanged?, removed, added)
+        (operation == "equal", "".join(before[a_start:a_end]), "".join(after[b_start:b_end]))
+        for operation, a_start, a_end, b_start, b_end in matcher.get_opcodes()
+    ]
+    parts: list[str] = []
+    removed = added = ""
+    for index, (unchanged, old, new) in enumerate(runs):
+        between_changes = 0 < index < len(runs) - 1 and removed + added != ""
+        if unchanged and not (between_changes and len(old.split()) <= 1):
+            parts.append(_changed(removed, added) + escape(old))
+            removed = added = ""
             continue
-        if removed:
-            parts.append(f"<del>{escape(removed)}</del>")
-        if added:
-            parts.append(f"<ins>{escape(added)}</ins>")
+        removed, added = removed + old, added + new
+    parts.append(_changed(removed, added))
     return mark_safe("".join(parts))  # noqa: S308 (every piece escaped)
+
+
+def _changed(removed: str, added: str) -> str:
+    return (f"<del>{escape(removed)}</del>" if removed else "") + (
+        f"<ins>{escape(added)}</ins>" if added else ""
+    )
