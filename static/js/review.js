@@ -321,7 +321,8 @@
       saveDraft();
     }
     input.addEventListener("input", filter);
-    input.addEventListener("focus", function () { if (!input.value) filter(); });
+    // Focus selects what is there, so that typing replaces the picked candidate's category.
+    input.addEventListener("focus", function () { if (input.value) input.select(); else filter(); });
     input.addEventListener("blur", function () { setTimeout(function () { open(false); }, 150); });
     input.addEventListener("keydown", function (event) {
       const shown = visible();
