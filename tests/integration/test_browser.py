@@ -2,14 +2,12 @@
 against the live Django server. One test also runs the real worker end to end."""
 
 import json
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.db.models import F
 from django.utils import timezone
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, expect
 
 from icrlhf.generation import pipeline
 from icrlhf.generation.models import Candidate, Generation
@@ -28,57 +26,9 @@ from tests.factories import (
     UserFactory,
     ready_generation,
 )
+from tests.support.browser import log_in, new_page
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    # Playwright's sync API keeps an event loop on this thread while it runs; the tests' own
-    # ORM calls are still synchronous, which Django would otherwise refuse. Only for this
-    # module: the flag must not leak into other tests (or the processes they start).
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(
-                executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
-            )
-            yield chromium
-            chromium.close()
-    finally:
-        del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
-
-
-def new_page(browser: Browser) -> Page:
-    page = browser.new_context().new_page()
-    page.set_default_timeout(20_000)
-    return page
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    page = new_page(browser)
-    yield page
-    page.context.close()
-
-
-def log_in(page: Page, base_url: str, username: str) -> None:
-    page.goto(f"{base_url}/")
-    expect(page).to_have_url(f"{base_url}/accounts/login/?next=/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill("pass-for-tests")
-    page.get_by_role("button", name="Log in").click()
-    expect(page.get_by_role("heading", name="Queues")).to_be_visible()
 
 
 def start_reviewing(page: Page, base_url: str, queue: Any) -> None:
