@@ -156,3 +156,76 @@ def curve_svg(sizes: list[int], results: dict[str, dict[str, Any]]) -> str:
             for key, name, colour in SERIES
         ],
     )
+
+
+# Requests no Banking77 example answers, as a general queue receives beside its own traffic:
+# memory should reach none of them (examples in the prompt, or a stored answer offered).
+OFF_TOPIC = (
+    "Write a haiku about autumn leaves.",
+    "What is the boiling point of water on a high mountain?",
+    "Translate 'good morning' into Italian.",
+    "How do I reverse a list in Python?",
+    "Recommend a science fiction novel for a long flight.",
+    "What can I use instead of eggs in pancakes?",
+    "Explain how photosynthesis works in simple terms.",
+    "Who painted the ceiling of the Sistine Chapel?",
+    "How many players are on a football team?",
+    "Give me a short stretching routine for the morning.",
+    "What is the capital of Australia?",
+    "Suggest a name for a grey kitten.",
+    "How long should I boil an egg for a soft yolk?",
+    "Summarise the plot of Hamlet in two sentences.",
+    "What causes the northern lights?",
+    "How do I get red wine out of a carpet?",
+    "Which planets can be seen without a telescope?",
+    "Write a limerick about a cat who loves jazz.",
+    "How do I tune a guitar to drop D?",
+    "What is the difference between a virus and a bacterium?",
+    "Plan a three-day trip to Lisbon.",
+    "How often should I water a cactus?",
+    "What is the time complexity of binary search?",
+    "Convert 30 degrees Celsius to Fahrenheit.",
+)
+
+# What a minimum similarity must not cost, and how much of it may go (a fraction: 0.02 is 2
+# points, 3 of 150 held-out messages, about what the model's sampling moves between runs).
+MINIMUM_RATES = ("first_accuracy", "acceptance")
+MINIMUM_TOLERANCE = 0.02
+
+
+def minimum_choose(
+    sweep: dict[str, list[dict[str, Any]]], *, tolerance: float = MINIMUM_TOLERANCE
+) -> float:
+    """The default minimum similarity from a sweep ({size: [row per minimum]}): the highest
+    minimum that costs nothing measurable. A minimum's shortfall is the most its
+    first-candidate accuracy or best-of-N acceptance trails the best minimum's, over the swept
+    sizes; it passes within `tolerance`. The choice is the top of the first run of passing
+    minimums from the lowest (one lucky high value beyond a failing one is not taken); when
+    none passes, the one that falls shortest."""
+    minimums = sorted({row["minimum"] for rows in sweep.values() for row in rows})
+    if not minimums:
+        raise ValueError("An empty sweep chooses nothing.")
+    best = {
+        size: {key: max(row[key] or 0.0 for row in rows) for key in MINIMUM_RATES}
+        for size, rows in sweep.items()
+    }
+
+    def shortfall(minimum: float) -> float:
+        return max(
+            best[size][key] - (row[key] or 0.0)
+            for size, rows in sweep.items()
+            for row in rows
+            if row["minimum"] == minimum
+            for key in MINIMUM_RATES
+        )
+
+    chosen: float | None = None
+    for minimum in minimums:
+        if shortfall(minimum) <= tolerance + 1e-9:
+            chosen = minimum
+        elif chosen is not None:
+            break
+    if chosen is None:
+        # Ties go to the higher minimum: it keeps more unrelated examples out.
+        chosen = min(reversed(minimums), key=shortfall)
+    return chosen

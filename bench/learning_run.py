@@ -11,20 +11,24 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from bench.learning import (
+    OFF_TOPIC,
     Counts,
     Labelled,
     banking77_split,
     confidence_summary,
     label_of,
+    minimum_choose,
     significance,
     summarise,
 )
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.pipeline import MEMORY_NEIGHBOURS
 from icrlhf.generation.prompts import PromptExample, messages_build
 from icrlhf.generation.ranking import calibration_latest
 from icrlhf.generation.services import item_create
 from icrlhf.integrations import llm
 from icrlhf.memory.models import Example
+from icrlhf.memory.selectors import examples_recall_anywhere
 from icrlhf.ops.stack import wait_until
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.calibrations import calibration_fit
@@ -66,7 +70,9 @@ def _bench_build(options: dict[str, Any], stream_size: int) -> Bench:
         name="Learning",
         n_candidates=options["candidates"],
         k_examples=5,
-        min_similarity=-1.0,
+        # The queue's minimum similarity is the one gate: every stored answer at or above it
+        # may be offered.
+        min_similarity=options["min_similarity"],
         memory_candidates=options["memory_candidates"],
         memory_min_similarity=-1.0,
         **common,
@@ -152,7 +158,7 @@ def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
     candidates that came from memory (LLM calls saved), and the first candidate's
     confidence against whether it was right."""
     first = accepted = llm_right = llm_total = knn = gold_retrieved = 0
-    from_memory = total_candidates = 0
+    from_memory = total_candidates = with_examples = in_prompt = related = 0
     confidences, first_right = [], []
     items = _generate(bench, bench.queue, bench.held_out)
     for item, row in zip(items, bench.held_out, strict=True):
@@ -175,6 +181,9 @@ def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
         ]
         knn += bool(retrieved) and retrieved[0] == row.label
         gold_retrieved += row.label in retrieved
+        with_examples += bool(retrieved)
+        in_prompt += len(retrieved)
+        related += retrieved.count(row.label)  # examples of the message's own intent
     n = len(bench.held_out)
     measured_n = n if memory_size else 0
     counts = {
@@ -183,6 +192,8 @@ def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
         "llm_with_examples": (llm_right, llm_total),
         "knn_top1": (knn, measured_n),
         "gold_retrieved": (gold_retrieved, measured_n),
+        "with_examples": (with_examples, measured_n),
+        "related_examples": (related, in_prompt),
     }
     return Evaluation(
         counts=counts,
@@ -227,12 +238,46 @@ def _random_examples(bench: Bench, rows: list[Labelled], rng: random.Random) -> 
     return hits, len(rows)
 
 
+def _off_topic(bench: Bench) -> tuple[int, int]:
+    """How many unrelated requests memory reaches: examples in the prompt, or stored answers
+    offered (retrieved as a generation does, through the worker that owns the store)."""
+    queue = Queue.objects.get(pk=bench.queue.pk)
+    reached = 0
+    for text in OFF_TOPIC:
+        recall = examples_recall_anywhere(
+            queue=queue,
+            query_text=text,
+            k=queue.k_examples,
+            token_budget=queue.example_token_budget,
+            pool=MEMORY_NEIGHBOURS,
+        )
+        reached += bool(recall.examples or recall.neighbours)
+    return reached, len(OFF_TOPIC)
+
+
+def _sweep_row(bench: Bench, minimum: float, evaluation: Evaluation) -> dict[str, Any]:
+    return {
+        "minimum": minimum,
+        **summarise({**evaluation.counts, "off_topic_with_examples": _off_topic(bench)}),
+        "llm_calls_saved": evaluation.llm_calls_saved,
+    }
+
+
+def _minimum_set(bench: Bench, minimum: float) -> None:
+    Queue.objects.filter(pk=bench.queue.pk).update(min_similarity=minimum)
+
+
 def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
     bench = _bench_build(options, stream_size=max(sizes))
     rng = random.Random(options["seed"])
     no_retrieval = _no_retrieval(bench)  # does not depend on memory: measured once
     counts_by_size: dict[int, Counts] = {}
     extra_by_size: dict[int, dict[str, Any]] = {}
+    # The curve runs at the queue's minimum similarity; at the swept sizes the held-out
+    # messages are generated again at each other minimum, with the same memory.
+    main_minimum = options["min_similarity"]
+    minimums = sorted({*options["sweep"], main_minimum})
+    sweep: dict[str, list[dict[str, Any]]] = {}
     stored = 0
     for size in sizes:
         # In steps of LEARNING_STEP, each generated with the memory the steps before left
@@ -249,6 +294,16 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
             "no_retrieval": no_retrieval,
             "random_examples": _random_examples(bench, control_rows, rng),
         }
+        if size in options["sweep_sizes"]:
+            rows = []
+            for minimum in minimums:
+                if minimum == main_minimum:
+                    rows.append(_sweep_row(bench, minimum, evaluation))
+                    continue
+                _minimum_set(bench, minimum)
+                rows.append(_sweep_row(bench, minimum, _evaluate(bench, memory_size=size)))
+            _minimum_set(bench, main_minimum)
+            sweep[str(size)] = rows
         extra_by_size[size] = {
             "llm_calls_saved": evaluation.llm_calls_saved,
             **confidence_summary(
@@ -263,6 +318,12 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
             for size, counts in counts_by_size.items()
         },
         "significance": significance(counts_by_size),
+        "min_similarity": main_minimum,
+        "min_similarity_sweep": sweep,
+        "chosen_min_similarity": minimum_choose(sweep, tolerance=options["tolerance"])
+        if sweep
+        else None,
+        "min_similarity_tolerance": options["tolerance"],
         "test": len(bench.held_out),
         "candidates": bench.queue.n_candidates,
         "memory_candidates": bench.queue.memory_candidates,

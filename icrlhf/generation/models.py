@@ -56,6 +56,11 @@ class Generation(models.Model):
     # many preferred examples the queue had.
     neighbours = models.JSONField(default=list, blank=True)
     stored_examples = models.PositiveIntegerField(default=0)
+    # The queue's minimum similarity when this generation retrieved (empty: it did not), and
+    # the examples it kept out of the prompt ({example, score}, best first): the reviewer sees
+    # them, nothing else uses them.
+    min_similarity = models.FloatField(null=True, blank=True)
+    below_minimum = models.JSONField(default=list, blank=True)
     ranked_at = models.DateTimeField(null=True, blank=True)
     calibration = models.ForeignKey(
         Calibration, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -119,6 +119,10 @@ def generation_prepare(*, generation_id: int) -> list[int]:
                 for hit in recall.neighbours
             ],
             stored_examples=memory_selectors.preferred_count(queue=queue),
+            min_similarity=recall.minimum,
+            below_minimum=[
+                {"example": str(hit.example.pk), "score": hit.score} for hit in recall.below_minimum
+            ],
             prepared_at=timezone.now(),
             lease_expires_at=None,
         )

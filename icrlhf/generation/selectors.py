@@ -1,9 +1,10 @@
+import uuid
 from dataclasses import dataclass
 
 from django.db.models import QuerySet
 
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.memory.models import Retrieval
+from icrlhf.memory.models import Example, Retrieval
 from icrlhf.queues.models import Item
 
 
@@ -27,5 +28,34 @@ def generation_progress(*, generation: Generation) -> Progress:
     return Progress(ready=len(settled), total=len(candidates))
 
 
-def generation_retrievals(*, generation: Generation) -> QuerySet[Retrieval]:
-    return generation.retrievals.select_related("example__decision__item").order_by("rank")
+@dataclass(frozen=True)
+class BelowMinimum:
+    example: Example
+    score: float
+
+
+@dataclass(frozen=True)
+class Retrievals:
+    """What a generation's retrieval found: the examples in its prompt, best first, and those
+    its queue's minimum similarity (`minimum`, None before retrieval) kept out."""
+
+    used: list[Retrieval]
+    below_minimum: list[BelowMinimum]
+    minimum: float | None
+
+
+def generation_retrievals(*, generation: Generation) -> Retrievals:
+    recorded = generation.below_minimum or []
+    rows = Example.objects.select_related("decision").in_bulk(
+        [entry["example"] for entry in recorded]
+    )
+    return Retrievals(
+        used=list(generation.retrievals.select_related("example__decision__item").order_by("rank")),
+        # An example deleted since is no longer shown.
+        below_minimum=[
+            BelowMinimum(example=rows[uuid.UUID(entry["example"])], score=entry["score"])
+            for entry in recorded
+            if uuid.UUID(entry["example"]) in rows
+        ],
+        minimum=generation.min_similarity,
+    )

@@ -1,5 +1,5 @@
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
@@ -33,6 +33,10 @@ class RetrievedExample:
 class Recall:
     examples: list[RetrievedExample]  # for the prompt: top k, whole, within the token budget
     neighbours: list[RetrievedExample]  # up to `pool` live preferred examples, nearest first
+    # Examples that would have been among the top k but for the queue's minimum similarity:
+    # never used, kept so that a reviewer can see what the minimum left out.
+    below_minimum: list[RetrievedExample] = field(default_factory=list)
+    minimum: float | None = None  # the minimum similarity applied (None: nothing retrieved)
 
 
 def examples_recall(
@@ -42,13 +46,16 @@ def examples_recall(
 
     For the prompt: pinned examples always come first (a curator pinned them to be in every
     prompt); then the most similar active ones, ranked by similarity × weight, without
-    near-duplicates. Whole examples are added until the next one would exceed the token budget
-    (never cut). Neighbours: the `pool` nearest pinned or active examples by the same ranking,
-    duplicates kept, for offering their answers as candidates.
+    near-duplicates and none below the queue's minimum similarity. Whole examples are added
+    until the next one would exceed the token budget (never cut). Neighbours: the `pool`
+    nearest pinned or active examples at or above the minimum by the same ranking,
+    duplicates kept, for offering their answers as candidates or as the answer. Below the
+    minimum: the active examples that would have taken one of the k places without it.
     """
+    minimum = queue.min_similarity
     if (k <= 0 and pool <= 0) or not _preferred(queue).exists():
         # Nothing to find: a new queue's requests are not embedded for nothing.
-        return Recall(examples=[], neighbours=[])
+        return Recall(examples=[], neighbours=[], minimum=minimum)
     collection = index.collection_of(queue.slug)
     vector = embeddings.embed_text(query_text)
     pinned = list(
@@ -61,62 +68,99 @@ def examples_recall(
     )
     pinned.sort(key=lambda e: -pinned_scores.get(e.pk, 0.0))
     live = _live_hits(
-        queue=queue,
         collection=collection,
         vector=vector,
         limit=max(k * _OVERFETCH, pool),
         needed=max(k, pool),
+        minimum=minimum,
     )
     live.sort(key=lambda pair: -pair[0].score * pair[1].weight)
 
     ranked: list[tuple[float, Example]] = [(pinned_scores.get(e.pk, 0.0), e) for e in pinned[:k]]
+    below: list[tuple[float, Example]] = []
     kept_vectors: list[list[float]] = []
+    below_vectors: list[list[float]] = []
     for hit, example in live:
         if len(ranked) >= k:
             break
-        if any(vectors.cosine(hit.vector, other) > NEAR_DUPLICATE_COSINE for other in kept_vectors):
+        if hit.score < minimum:
+            # Recorded only where it would have stood without the minimum: within the top k,
+            # and not a near-duplicate of one already there.
+            if len(ranked) + len(below) < k and not _near_any(
+                hit.vector, kept_vectors + below_vectors
+            ):
+                below_vectors.append(hit.vector)
+                below.append((hit.score, example))
+            continue
+        if _near_any(hit.vector, kept_vectors):
             continue
         kept_vectors.append(hit.vector)
         ranked.append((hit.score, example))
 
-    nearest = [(pinned_scores[e.pk], e.weight, e) for e in pinned if e.pk in pinned_scores]
-    nearest += [(hit.score, example.weight, example) for hit, example in live]
+    # A stored answer is never offered, nor served, for a request it is not similar enough
+    # to: pinned or not (pinning puts an example in the prompt, not its answer in the reply).
+    nearest = [
+        (pinned_scores[e.pk], e.weight, e)
+        for e in pinned
+        if e.pk in pinned_scores and pinned_scores[e.pk] >= minimum
+    ]
+    nearest += [
+        (hit.score, example.weight, example) for hit, example in live if hit.score >= minimum
+    ]
     nearest.sort(key=lambda triple: -triple[0] * triple[1])
     neighbours = [
         RetrievedExample(example=example, score=score, rank=rank)
         for rank, (score, _, example) in enumerate(nearest[:pool], start=1)
     ]
-    return Recall(examples=_within_budget(ranked, token_budget), neighbours=neighbours)
+    return Recall(
+        examples=_within_budget(ranked, token_budget),
+        neighbours=neighbours,
+        below_minimum=[
+            RetrievedExample(example=example, score=score, rank=rank)
+            for rank, (score, example) in enumerate(below, start=1)
+        ],
+        minimum=minimum,
+    )
+
+
+def _near_any(vector: list[float], others: list[list[float]]) -> bool:
+    return any(vectors.cosine(vector, other) > NEAR_DUPLICATE_COSINE for other in others)
 
 
 def _live_hits(
-    *, queue: Queue, collection: str, vector: list[float], limit: int, needed: int
+    *, collection: str, vector: list[float], limit: int, needed: int, minimum: float
 ) -> list[tuple[vectors.Hit, Example]]:
-    """Up to `limit` nearest active preferred examples, with their rows.
+    """Up to `limit` nearest active preferred examples, with their rows, those below the
+    minimum similarity included (the caller keeps them out of use and records them).
 
     First without a filter: a collection also holds rejected and retired examples, and the
     embedded store checks a filter point by point (at 10k points ~40× slower than a plain
     search). Rejected ones share their preferred sibling's request, so the nearest few
     dozen hold enough live ones; when they hold fewer than `needed` (the prompt's k, the
-    memory candidates' pool), the exact filtered search follows."""
+    memory candidates' pool) at or above the minimum, and every hit was above it (more may
+    lie beyond), the exact filtered search follows. Neither search passes the minimum to
+    the store: what falls below it is found, to be shown."""
     plain = vectors.search(
         collection=collection,
         vector=vector,
         limit=limit * _CROWDING,
         match={},
-        min_score=queue.min_similarity,
         with_vectors=False,  # building every hit's vector costs more than the search
         payload_fields=("role", "status"),
     )
     live = _live_of(plain, limit=limit)
-    if len(live) < needed and len(plain) == limit * _CROWDING:
+    above = sum(hit.score >= minimum for hit, _ in live)
+    if (
+        above < needed
+        and len(plain) == limit * _CROWDING
+        and all(hit.score >= minimum for hit in plain)
+    ):
         return _live_of(
             vectors.search(
                 collection=collection,
                 vector=vector,
                 limit=limit,
                 match={"role": [Example.Role.PREFERRED], "status": [Example.Status.ACTIVE]},
-                min_score=queue.min_similarity,
             ),
             limit=limit,
         )
@@ -162,7 +206,7 @@ def examples_recall_anywhere(
     from icrlhf.memory import tasks
 
     if k <= 0 and pool <= 0:
-        return Recall(examples=[], neighbours=[])
+        return Recall(examples=[], neighbours=[], minimum=queue.min_similarity)
     try:
         # Not run at all once its caller has stopped waiting; its answer is not kept.
         result = tasks.examples_recall.apply_async(
@@ -181,7 +225,10 @@ def examples_recall_anywhere(
         raise
     except Exception as error:  # the broker is down, the task failed in the worker
         raise vectors.VectorStoreUnavailable(f"Retrieval failed: {error}") from error
-    rows = Example.objects.in_bulk([pair[0] for pair in found["examples"] + found["neighbours"]])
+    below = found.get("below_minimum", [])  # absent from a worker older than the web process
+    rows = Example.objects.in_bulk(
+        [pair[0] for pair in found["examples"] + found["neighbours"] + below]
+    )
 
     def retrieved(pairs: list[list[Any]]) -> list[RetrievedExample]:
         return [
@@ -190,7 +237,12 @@ def examples_recall_anywhere(
             if uuid.UUID(pk) in rows
         ]
 
-    return Recall(examples=retrieved(found["examples"]), neighbours=retrieved(found["neighbours"]))
+    return Recall(
+        examples=retrieved(found["examples"]),
+        neighbours=retrieved(found["neighbours"]),
+        below_minimum=retrieved(below),
+        minimum=found.get("minimum", queue.min_similarity),
+    )
 
 
 def _within_budget(

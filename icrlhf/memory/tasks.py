@@ -70,7 +70,7 @@ def memory_reindex(queue_slug: str | None = None) -> dict[str, Any]:
 @shared_task(name="memory.recall", ignore_result=False)
 def examples_recall(
     queue_id: int, query_text: str, k: int, token_budget: int, pool: int
-) -> dict[str, list[list[Any]]]:
+) -> dict[str, Any]:
     """Retrieval for a process that does not own the embedded store (the gateway)."""
     from icrlhf.memory import selectors
     from icrlhf.queues.models import Queue
@@ -85,4 +85,6 @@ def examples_recall(
     return {
         "examples": [[str(r.example.pk), r.score] for r in recall.examples],
         "neighbours": [[str(r.example.pk), r.score] for r in recall.neighbours],
+        "below_minimum": [[str(r.example.pk), r.score] for r in recall.below_minimum],
+        "minimum": recall.minimum,
     }

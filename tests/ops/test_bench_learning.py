@@ -21,6 +21,7 @@ def test_a_small_learning_curve_rises_with_stored_decisions(tmp_path: Path) -> N
         "--control=5",
         "--candidates=3",
         "--memory-candidates=2",
+        "--sweep=-1,0.5",
         f"--out={tmp_path}",
         "--json",
         stdout=out,
@@ -45,3 +46,19 @@ def test_a_small_learning_curve_rises_with_stored_decisions(tmp_path: Path) -> N
     assert json.loads((tmp_path / "learning.json").read_text())["sizes"] == result["sizes"]
     assert (tmp_path / "learning.svg").read_text().startswith("<svg")
     assert any(line.startswith("     40 |") for line in lines)  # the printed table
+
+    # The minimum similarity is swept at the one size with a memory, the curve's own included.
+    sweep = result["min_similarity_sweep"]["40"]
+    assert [row["minimum"] for row in sweep] == sorted({-1.0, 0.5, result["min_similarity"]})
+    unlimited, strict = sweep[0], sweep[-1]
+    for row in sweep:
+        assert {"first_accuracy", "acceptance", "with_examples", "off_topic_with_examples"} <= (
+            row.keys()
+        )
+    # With no minimum every request is given examples, unrelated ones included; a strict
+    # minimum keeps memory away from unrelated requests.
+    assert unlimited["with_examples"] == 1.0 and unlimited["off_topic_with_examples"] == 1.0
+    assert strict["off_topic_with_examples"] == 0.0
+    assert strict["with_examples"] <= unlimited["with_examples"]
+    assert result["chosen_min_similarity"] in {row["minimum"] for row in sweep}
+    assert any(line.startswith("Chosen minimum similarity: ") for line in lines)

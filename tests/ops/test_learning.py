@@ -9,6 +9,7 @@ from django.conf import settings
 from bench.learning import (
     banking77_split,
     label_of,
+    minimum_choose,
     significance,
     summarise,
     two_proportion_p,
@@ -71,3 +72,34 @@ def test_summary_and_significance_per_step() -> None:
     steps = significance(counts)
     assert list(steps) == ["0→50"]
     assert steps["0→50"]["acceptance"] < 1e-6 and steps["0→50"]["first_accuracy"] < 1e-6
+
+
+def swept(*rows: tuple[float, float, float]) -> list[dict[str, float]]:
+    return [{"minimum": m, "first_accuracy": f, "acceptance": a} for m, f, a in rows]
+
+
+def test_the_chosen_minimum_is_the_highest_that_costs_no_accuracy_at_any_size() -> None:
+    sweep = {
+        "50": swept((-1, 0.40, 0.50), (0.3, 0.41, 0.49), (0.4, 0.39, 0.48), (0.5, 0.30, 0.40)),
+        "600": swept((-1, 0.80, 0.90), (0.3, 0.80, 0.90), (0.4, 0.80, 0.89), (0.5, 0.80, 0.90)),
+    }
+    assert minimum_choose(sweep, tolerance=0.02) == 0.4  # 0.5 costs 11 points at 50
+    assert minimum_choose(sweep, tolerance=0.015) == 0.3  # 0.4 trails by 2 at 50
+    assert minimum_choose({"50": sweep["50"][:1]}, tolerance=0.02) == -1
+
+
+def test_a_lucky_high_minimum_beyond_a_costly_one_is_not_chosen() -> None:
+    sweep = {"50": swept((-1, 0.5, 0.6), (0.3, 0.5, 0.6), (0.4, 0.3, 0.6), (0.5, 0.5, 0.6))}
+    assert minimum_choose(sweep, tolerance=0.02) == 0.3
+
+
+def test_a_minimum_that_helps_is_chosen_over_none() -> None:
+    """Unrelated examples can mislead: where no minimum is worse, the run starts higher."""
+    sweep = {"50": swept((-1, 0.30, 0.40), (0.3, 0.45, 0.50), (0.4, 0.44, 0.50), (0.5, 0.2, 0.3))}
+    assert minimum_choose(sweep, tolerance=0.02) == 0.4
+    # Nothing within the tolerance at every size: the one that falls shortest.
+    split = {
+        "50": swept((-1, 0.5, 0.5), (0.4, 0.3, 0.3)),  # 0.4 trails by 20 points here
+        "600": swept((-1, 0.2, 0.2), (0.4, 0.45, 0.45)),  # none by 25 here
+    }
+    assert minimum_choose(split, tolerance=0.02) == 0.4

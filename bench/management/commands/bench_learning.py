@@ -5,7 +5,9 @@ real local LLM (llama.cpp + SmolLM2, unless --llm-api-base names another), decid
 simulated reviewer (picks the candidate naming the gold intent, or edits one to it). At each
 number of stored decisions the held-out messages are generated again and scored: the first
 candidate, best-of-N acceptance, the label of the nearest stored example (kNN top-1), the
-LLM with random stored examples (control) and with no retrieval (baseline)."""
+LLM with random stored examples (control) and with no retrieval (baseline). At the smallest
+and the largest of them, the held-out messages are generated again at each swept minimum
+similarity, and the default minimum is chosen from that sweep."""
 
 import json
 import time
@@ -15,9 +17,10 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandParser
 
-from bench.learning import SERIES, confidence_curve_svg, curve_svg
+from bench.learning import MINIMUM_TOLERANCE, SERIES, confidence_curve_svg, curve_svg
 from bench.world import WorldCommand, world
 from icrlhf.ops.stack import Stack, free_port
+from icrlhf.queues.models import Queue
 
 # Columns of the printed table: the charted rates, then the ceiling of what memory can offer.
 _COLUMNS = (*((key, name) for key, name, _ in SERIES), ("gold_retrieved", "gold among retrieved"))
@@ -25,6 +28,37 @@ _COLUMNS = (*((key, name) for key, name, _ in SERIES), ("gold_retrieved", "gold 
 
 def _sizes(options: dict[str, Any]) -> list[int]:
     return sorted({int(size) for size in options["sizes"].split(",")})
+
+
+def _sweep_sizes(options: dict[str, Any]) -> list[int]:
+    """Where the minimum is swept: as asked, else the smallest and the largest size with a
+    memory (sparse memory, where the nearest examples are least alike, and a full one)."""
+    if options["sweep_sizes"]:
+        return sorted({int(size) for size in options["sweep_sizes"].split(",")})
+    with_memory = [size for size in _sizes(options) if size > 0]
+    return sorted({with_memory[0], with_memory[-1]}) if with_memory else []
+
+
+# The sweep's columns: rates with their intervals, then shares without.
+_SWEEP_COLUMNS = (
+    ("first_accuracy", "first candidate"),
+    ("acceptance", "best-of-N acceptance"),
+    ("llm_with_examples", "LLM, retrieved examples"),
+    ("with_examples", "prompts with examples"),
+    ("related_examples", "of the request's intent"),
+    ("off_topic_with_examples", "off-topic reached"),
+)
+
+
+def _rate_cell(row: dict[str, Any], key: str) -> str:
+    if row[key] is None:
+        return "–"
+    low, high = row[key + "_ci"]
+    return f"{row[key]:6.1%} [{low:.0%}–{high:.0%}]"
+
+
+def _minimum_label(minimum: float) -> str:
+    return "none" if minimum <= -1 else f"{minimum:.2f}"
 
 
 class Command(WorldCommand):
@@ -39,6 +73,28 @@ class Command(WorldCommand):
         parser.add_argument("--temperature", type=float, default=0.8)
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--llm-api-base", default="", help="Default: start the local LLM.")
+        parser.add_argument(
+            "--min-similarity",
+            type=float,
+            default=Queue._meta.get_field("min_similarity").get_default(),
+            help="The queue's minimum similarity for the curve (default: the product's).",
+        )
+        parser.add_argument(
+            "--sweep",
+            default="-1,0.2,0.3,0.4,0.5",
+            help="Minimum similarities to compare (-1: none); the curve's own is added.",
+        )
+        parser.add_argument(
+            "--sweep-sizes",
+            default="",
+            help="Stored decisions to sweep at (default: the smallest and largest above 0).",
+        )
+        parser.add_argument(
+            "--tolerance",
+            type=float,
+            default=MINIMUM_TOLERANCE,
+            help="Accuracy a minimum may cost and still be chosen (a fraction).",
+        )
         parser.add_argument("--out", default=str(settings.VAR_DIR / "bench" / "learning"))
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +116,12 @@ class Command(WorldCommand):
     def measure(self, options: dict[str, Any]) -> dict[str, Any]:
         from bench.learning_run import measure
 
-        return measure(options, _sizes(options))
+        parsed = {
+            **options,
+            "sweep": sorted({float(minimum) for minimum in options["sweep"].split(",")}),
+            "sweep_sizes": _sweep_sizes(options),
+        }
+        return measure(parsed, _sizes(options))
 
     def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
         sizes, out = _sizes(options), Path(options["out"])
@@ -87,6 +148,7 @@ class Command(WorldCommand):
             )
         for size in sizes:
             self._confidence_report(size, result["sizes"][str(size)])
+        self._sweep_report(result)
         self.stdout.write(
             f"{result['test']} held-out messages (95% Wilson intervals), {result['candidates']} "
             f"candidates ({result['memory_candidates']} from memory at most), temperature "
@@ -100,6 +162,29 @@ class Command(WorldCommand):
         if largest.get("curve"):
             (out / "confidence.svg").write_text(confidence_curve_svg(sizes[-1], largest))
             self.stdout.write(f"Precision and coverage: {out / 'confidence.svg'}")
+
+    def _sweep_report(self, result: dict[str, Any]) -> None:
+        """Each swept minimum similarity at each swept size, and the default it chooses."""
+        sweep = result["min_similarity_sweep"]
+        if not sweep:
+            return
+        write = self.stdout.write
+        write("\nMinimum similarity: examples below it are neither in the prompt nor offered")
+        header = f"{'stored':>7} | {'minimum':>7} | " + " | ".join(
+            f"{name:>23}" for _, name in _SWEEP_COLUMNS
+        )
+        write(header)
+        write("-" * len(header))
+        for size, rows in sweep.items():
+            for row in rows:
+                cells = [_rate_cell(row, key).rjust(23) for key, _ in _SWEEP_COLUMNS]
+                write(f"{size:>7} | {_minimum_label(row['minimum']):>7} | " + " | ".join(cells))
+        write(
+            f"Chosen minimum similarity: {result['chosen_min_similarity']:.2f} (the highest "
+            f"whose first-candidate accuracy and acceptance stay within "
+            f"{result['min_similarity_tolerance'] * 100:g} points of the best at every swept "
+            f"size; the curve above ran at {_minimum_label(result['min_similarity'])})"
+        )
 
     def _confidence_report(self, size: int, row: dict[str, Any]) -> None:
         """The first candidate against kNN top-1, and how far its confidence can be trusted."""
