@@ -6,6 +6,10 @@ from functools import wraps
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.templatetags.static import static
+from django.urls import reverse
+from django.utils.html import escape
+from django.views.generic import RedirectView
 from ninja import NinjaAPI
 from ninja.errors import Throttled
 from ninja.errors import ValidationError as NinjaValidationError
@@ -17,23 +21,29 @@ from icrlhf.ingest.auth import TokenAuth
 
 
 def _with_a_way_back(docs_view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """The API docs page (django-ninja's own) with a link back into the app on top."""
+    """The API docs page (django-ninja's own) with a link back into the app on top, laid out
+    for the screen it is on (ninja's page has no viewport tag: a phone drew it 980 px wide,
+    shrunk) and a few styles of ours for a narrow one."""
 
     @wraps(docs_view)
     def view(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         response = docs_view(request, *args, **kwargs)
         if response.get("Content-Type", "").startswith("text/html"):
-            response.content = response.content.replace(
-                b'<div id="swagger-ui">', _WAY_BACK + b'<div id="swagger-ui">', 1
+            head = (
+                '<meta name="viewport" content="width=device-width, initial-scale=1">'
+                f'<link rel="stylesheet" href="{escape(static("css/api-docs.css"))}">'
             )
+            way_back = (
+                f'<p class="way-back"><a href="{escape(reverse("review:queue_list"))}">'
+                "&larr; Back to icrlhf</a></p>"
+            )
+            response.content = response.content.replace(
+                b"</head>", head.encode() + b"</head>", 1
+            ).replace(b'<div id="swagger-ui">', way_back.encode() + b'<div id="swagger-ui">', 1)
         return response
 
     return view
 
-
-_WAY_BACK = (
-    b'<p style="margin:1rem 2rem;font:16px system-ui"><a href="/">&larr; Back to icrlhf</a></p>'
-)
 
 api = NinjaAPI(
     title="icrlhf API",
@@ -95,9 +105,14 @@ api.add_router("/", export_router)
 
 def api_urls() -> tuple[Any, str, str]:
     """The API's URL patterns, exempt from the site-wide login (the token authenticates),
-    except the docs and the schema, which are for logged-in people."""
+    except the docs, the schema and the root (which leads to the docs), which are for
+    logged-in people."""
     urls = api.urls  # a property that builds new patterns on every access: read it once
     for pattern in urls[0]:
-        if getattr(pattern, "name", "") not in {"openapi-json", "openapi-view"}:
+        if getattr(pattern, "name", "") == "api-root":
+            # ninja's root answers 404 ("docs_url = …"); someone who types the API's address
+            # wants its docs. The name stays: ninja reverses it to build every path.
+            pattern.callback = RedirectView.as_view(pattern_name="api:openapi-view")
+        if getattr(pattern, "name", "") not in {"openapi-json", "openapi-view", "api-root"}:
             pattern.callback.login_required = False  # type: ignore[union-attr]
     return urls

@@ -15,6 +15,7 @@ urlpatterns = [
     path("", include("icrlhf.insights.urls")),
     path("", include("icrlhf.gateway.routing_urls")),
     path("", include("icrlhf.review.urls")),
+    path("", include("icrlhf.help.urls")),
     # Login, logout and password change only: no self-service reset by e-mail (an admin
     # resets passwords; a self-hosted install may have no mail server).
     path("accounts/login/", RateLimitedLoginView.as_view(), name="login"),

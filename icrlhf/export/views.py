@@ -7,8 +7,10 @@ from django.http import HttpRequest, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import timezone
+from django_htmx.middleware import HtmxDetails
 
 from icrlhf.export.formats import FORMATS
+from icrlhf.export.selectors import ExportSize, export_size
 from icrlhf.export.services import ExportFilters, export_lines
 from icrlhf.queues.access import can_curate, is_admin, queues_visible
 from icrlhf.queues.models import Queue
@@ -40,27 +42,20 @@ class ExportForm(forms.Form):
         self.fields["queue"].queryset = queues_visible(user)  # type: ignore[attr-defined]
 
 
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
 def _day_start(day: date | None) -> datetime | None:
     return timezone.make_aware(datetime.combine(day, time.min)) if day else None
 
 
-def export_page(request: HttpRequest) -> HttpResponseBase:
-    """Curators download an export; it streams, so its size does not matter."""
-    if not can_curate(request.user):
-        raise PermissionDenied("Only curators and admins export.")
-    form = ExportForm(request.POST or None, user=request.user)
-    if request.method != "POST" or not form.is_valid():
-        return render(
-            request, "export/page.html", {"form": form}, status=400 if form.errors else 200
-        )
-    data = form.cleaned_data
+def _filters(data: dict[str, Any], user: Any) -> ExportFilters:
     until = data["decided_to"]
-    filters = ExportFilters(
+    return ExportFilters(
         queue=data["queue"],
         allowed_queue_ids=(
-            None
-            if is_admin(request.user)
-            else frozenset(queues_visible(request.user).values_list("pk", flat=True))
+            None if is_admin(user) else frozenset(queues_visible(user).values_list("pk", flat=True))
         ),
         decided_from=_day_start(data["decided_from"]),
         decided_to=_day_start(until.fromordinal(until.toordinal() + 1)) if until else None,
@@ -69,8 +64,40 @@ def export_page(request: HttpRequest) -> HttpResponseBase:
         since_last_export=data["since_last_export"],
         anonymize=data["anonymize"],
     )
+
+
+def _consumer(request: HttpRequest) -> str:
+    return f"user:{request.user.get_username()}"
+
+
+def _size(request: HttpRequest, form: ExportForm) -> ExportSize | None:
+    """How many records the form's filters export; None while they are invalid."""
+    if not form.is_valid():
+        return None
+    data = form.cleaned_data
+    return export_size(
+        fmt=data["format"], filters=_filters(data, request.user), consumer=_consumer(request)
+    )
+
+
+def export_page(request: HtmxHttpRequest) -> HttpResponseBase:
+    """Curators download an export; it streams, so its size does not matter. The page counts
+    what the chosen filters export as they change (htmx asks for the count alone)."""
+    if not can_curate(request.user):
+        raise PermissionDenied("Only curators and admins export.")
+    if request.method == "GET" and request.htmx:
+        form = ExportForm(request.GET, user=request.user)
+        context = {"form": form, "size": _size(request, form)}
+        return render(request, "export/page.html#size", context)
+    form = ExportForm(request.POST or None, user=request.user)
+    if request.method != "POST" or not form.is_valid():
+        # Unposted, the form's first choices: every decision of the user's queues, canonical.
+        shown = form if form.is_bound else ExportForm({"format": FORMATS[0]}, user=request.user)
+        context = {"form": form, "size": _size(request, shown)}
+        return render(request, "export/page.html", context, status=400 if form.errors else 200)
+    data = form.cleaned_data
     lines = export_lines(
-        fmt=data["format"], filters=filters, consumer=f"user:{request.user.get_username()}"
+        fmt=data["format"], filters=_filters(data, request.user), consumer=_consumer(request)
     )
     response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
     stamp = timezone.now().strftime("%Y%m%d-%H%M")

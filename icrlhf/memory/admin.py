@@ -53,8 +53,12 @@ class RewardFilter(admin.SimpleListFilter):
 
 
 class WeightActionForm(ActionForm):
+    # Shown only while "Reweight" is the action chosen (admin.css).
     weight = forms.FloatField(
-        required=False, min_value=0, max_value=curation.MAX_WEIGHT, help_text="for “Reweight”"
+        required=False,
+        min_value=0,
+        max_value=curation.MAX_WEIGHT,
+        widget=forms.NumberInput(attrs={"step": "0.1", "min": "0", "class": "weight"}),
     )
 
 
@@ -63,18 +67,18 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
     class Media:
         css = {"all": ["css/admin.css"]}
 
-    # Fits 1,366 px: the texts get the room, the numbers are short.
+    # Fits 1,366 px (without the admin's side navigation, which this list needs the room
+    # of): the texts get the room, the rest is short (role and status in one column, the
+    # index state and near-duplicate flag in another).
     list_display = [
         "short_input",
         "short_output",
         "queue",
-        "role",
         "status_shown",
-        "weight",
+        "weight_shown",
         "utility_shown",
-        "times_retrieved",
-        "index_state",
-        "duplicate_flag",
+        "retrieved_shown",
+        "index_shown",
     ]
     list_filter = [
         "queue",
@@ -94,7 +98,7 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
         "status",
         "input_text",
         "output_text",
-        "weight",
+        "weight_shown",
         "provenance",
         "usage",
         "similar_examples",
@@ -105,7 +109,7 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
         "role",
         "status",
         "input_text",
-        "weight",
+        "weight_shown",
         "provenance",
         "usage",
         "similar_examples",
@@ -122,6 +126,13 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # examples come from decisions
 
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> Any:
+        return super().changelist_view(
+            request, {**(extra_context or {}), "is_nav_sidebar_enabled": False}
+        )
+
     @admin.display(description="input")
     def short_input(self, example: Example) -> str:
         return Truncator(example.input_text).chars(90)
@@ -130,19 +141,35 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
     def short_output(self, example: Example) -> str:
         return Truncator(example.output_text).chars(90)
 
-    @admin.display(description="status", ordering="status")
+    @admin.display(description="role · status", ordering="status")
     def status_shown(self, example: Example) -> str:
+        status = example.get_status_display()
         if example.status == Example.Status.RETIRED and example.retired_reason:
-            return f"Retired: {example.retired_reason}"
-        return example.get_status_display()
+            status = f"Retired: {example.retired_reason}"
+        if example.role == Example.Role.REJECTED and example.status == Example.Status.ACTIVE:
+            return example.get_role_display()  # kept as it came: nothing more to say
+        return f"{example.get_role_display()} · {status}"
+
+    @admin.display(description="weight", ordering="weight")
+    def weight_shown(self, example: Example) -> str:
+        # Only preferred examples are retrieved, ranked by similarity × weight: a rejected
+        # one has no weight to show or change.
+        if example.role != Example.Role.PREFERRED:
+            return "–"
+        return f"{example.weight:g}"
+
+    @admin.display(description="retrieved", ordering="times_retrieved")
+    def retrieved_shown(self, example: Example) -> int:
+        return example.times_retrieved
 
     @admin.display(description="utility", ordering="utility")
     def utility_shown(self, example: Example) -> str:
         return f"{example.utility:.2f}"
 
-    @admin.display(description="near-duplicate", boolean=True)
-    def duplicate_flag(self, example: Example) -> bool:
-        return example.duplicate_of_id is not None
+    @admin.display(description="index", ordering="index_state")
+    def index_shown(self, example: Example) -> str:
+        shown = example.get_index_state_display()
+        return f"{shown} · near-duplicate" if example.duplicate_of_id is not None else shown
 
     @admin.display(description="provenance")
     def provenance(self, example: Example) -> str:
@@ -232,16 +259,23 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
     @admin.action(description="Reweight (to the weight given)")
     def reweight(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
         raw = request.POST.get("weight", "")
+        preferred = queryset.filter(role=Example.Role.PREFERRED)
+        rejected = queryset.count() - preferred.count()
         try:
             count = curation.examples_reweight(
-                ids=list(queryset.values_list("pk", flat=True)),
+                ids=list(preferred.values_list("pk", flat=True)),
                 weight=float(raw),
                 actor=_actor(request),
             )
         except (ValueError, ValidationError):
             messages.error(request, f"Give a weight between 0 and {curation.MAX_WEIGHT:g}.")
             return
-        messages.success(request, f"Reweighted {count} example(s) to {float(raw):g}.")
+        left = (
+            f" {rejected} rejected example(s) have no weight: left as they were."
+            if rejected
+            else ""
+        )
+        messages.success(request, f"Reweighted {count} example(s) to {float(raw):g}.{left}")
 
     @admin.action(description="Merge near-duplicates into the oldest")
     def merge(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:

@@ -17,7 +17,7 @@ from icrlhf.queues.forms import ItemCreateForm
 from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.selectors import captured_waiting, queue_items_recent, queues_with_counts
 from icrlhf.triage.forms import TicketCreateForm, TicketFilterForm
-from icrlhf.triage.selectors import tickets_for_queue
+from icrlhf.triage.selectors import tickets_channels, tickets_for_queue
 from icrlhf.triage.services import ticket_create
 
 
@@ -76,7 +76,9 @@ def _queue_page(
         "captured_waiting": captured_waiting(queue=queue),
     }
     if queue.kind == Queue.Kind.TRIAGE:
-        filters = TicketFilterForm(request.GET or None, queue=queue)
+        filters = TicketFilterForm(
+            request.GET or None, queue=queue, channels=tickets_channels(queue=queue)
+        )
         context["filters"] = filters
         context["tickets"] = tickets_for_queue(queue=queue, filters=filters.chosen())
     else:

@@ -1,5 +1,6 @@
 """The triage queue's forms: a ticket typed in by hand, and the ticket list's filters."""
 
+from collections.abc import Sequence
 from typing import Any
 
 from django import forms
@@ -9,6 +10,11 @@ from icrlhf.queues.services import item_input_validate
 
 
 class TicketFilterForm(forms.Form):
+    search = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.TextInput(attrs={"type": "search", "placeholder": "Words, customer, #id"}),
+    )
     # The list's default is what still needs a reviewer; decided tickets on request.
     review = forms.ChoiceField(
         required=False,
@@ -26,18 +32,28 @@ class TicketFilterForm(forms.Form):
     priority = forms.ChoiceField(
         required=False, choices=[("", "Any priority"), *Item.Priority.choices]
     )
-    channel = forms.CharField(required=False, max_length=50)
+    channel = forms.ChoiceField(required=False)
 
-    def __init__(self, *args: Any, queue: Queue, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, queue: Queue, channels: Sequence[str] = (), **kwargs: Any
+    ) -> None:
+        """`channels`: those the queue's tickets came through (tickets_channels)."""
         super().__init__(*args, **kwargs)
-        categories = [(c, c) for c in queue.categories]
-        category = self.fields["category"]
-        assert isinstance(category, forms.ChoiceField)
-        category.choices = [("", "Any category"), *categories]
+        for name, empty, values in [
+            ("category", "Any category", queue.categories),
+            ("channel", "Any channel", channels),
+        ]:
+            field = self.fields[name]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = [("", empty), *((value, value) for value in values)]
 
     def chosen(self) -> dict[str, str]:
-        """The filters picked, or none when the form is empty or invalid."""
-        return self.cleaned_data if self.is_bound and self.is_valid() else {}
+        """The filters picked; one that is not valid (a channel no ticket has any more, in an
+        old link) is left out and shows its error, the others still apply."""
+        if not self.is_bound:
+            return {}
+        self.is_valid()
+        return dict(self.cleaned_data)
 
 
 class TicketCreateForm(forms.Form):

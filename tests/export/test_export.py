@@ -9,6 +9,8 @@ from django.test import Client
 from django.utils import timezone
 
 from icrlhf.export.formats import FORMATS, derive
+from icrlhf.export.models import ExportRun
+from icrlhf.export.selectors import ExportSize, export_size
 from icrlhf.export.services import ExportFilters, export_lines
 from icrlhf.generation.models import Candidate
 from icrlhf.ingest.services import token_create
@@ -315,3 +317,59 @@ def test_all_queues_means_the_queues_the_exporter_may_export(
     else:
         assert foreign.pk in ids
         assert [r["decision_id"] for r in by_stranger] == [foreign.pk]
+
+
+def test_the_size_counts_the_lines_each_format_writes(
+    decisions: dict[str, Decision], queue: Any, user: Any
+) -> None:
+    """Counted in the database, it agrees with what the export writes: for every format, and
+    with a filter, and an edit whose original failed (no pair for it)."""
+    edited = decided(queue, user, "edited", ["h1", "h2"], final_text="h1, better")
+    Candidate.objects.filter(generation=edited.generation, text="h1").update(status="failed")
+    decided(QueueFactory(members=[user]), user, "chosen", ["i1", "i2", "i3"])
+    for filters in [ExportFilters(), ExportFilters(queue=queue), ExportFilters(verdict="edited")]:
+        for fmt in FORMATS:
+            size = export_size(fmt=fmt, filters=filters, consumer="tests")
+            written = list(export_lines(fmt=fmt, filters=filters, consumer="tests"))
+            assert size.records == len(written), (fmt, filters)
+            assert size.decisions == len(
+                list(export_lines(fmt="canonical", filters=filters, consumer="tests"))
+            )
+    assert export_size(
+        fmt="trl", filters=ExportFilters(verdict="none_acceptable"), consumer="t"
+    ) == (ExportSize(format="trl", records=0, decisions=1))
+
+
+def test_the_page_counts_what_the_filters_export_as_they_change(
+    decisions: dict[str, Decision], queue: Any
+) -> None:
+    curator = UserFactory(roles=["curator"])
+    queue.members.add(curator)
+    decided(QueueFactory(), UserFactory(), "chosen", ["not", "theirs"])  # another queue's
+    client = Client()
+    client.force_login(curator)
+
+    page = client.get("/export/").content.decode()
+    assert "<strong>3 records</strong> will be exported." in page  # canonical, all their queues
+    assert "The form counts" not in page  # the comment stays one
+    assert 'hx-get="/export/"' in page and 'hx-params="not csrfmiddlewaretoken"' in page
+
+    def size(**filters: str) -> str:
+        response = client.get("/export/", {"queue": "", **filters}, HTTP_HX_REQUEST="true")
+        assert response.status_code == 200
+        return response.content.decode()
+
+    trl = size(format="trl")
+    assert "<strong>5 records</strong> will be exported, from 3 decisions." in trl
+    assert "<form" not in trl and 'id="export-size"' in trl  # the count alone
+    assert "<strong>1 record</strong> will be exported." in size(
+        format="canonical", verdict="edited"
+    )
+    assert "Nothing to export" in size(format="trl", verdict="none_acceptable")
+    assert "Fix the fields above" in size(format="xml")
+    assert ExportRun.objects.count() == 0  # counting is not exporting
+
+
+def test_reviewers_cannot_count_an_export_either(decisions: Any, logged_in: Client) -> None:
+    response = logged_in.get("/export/", {"format": "canonical"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 403
