@@ -98,6 +98,12 @@ def test_rejected_answers_are_never_retrieved_as_preferred(worker_process: Worke
     )
     # Only rejected answers exist: none of them may be offered as preferred.
     assert not item_b.generations.get().retrievals.exists()
+    # The worker ranks a ready item's candidates after it is ready: let it finish, or its
+    # writes meet the teardown's flush (a deadlock on PostgreSQL).
+    wait_for(
+        lambda: not item_b.generations.filter(ranked_at__isnull=True).exists(),
+        what="the ranking",
+    )
 
 
 def test_candidates_arrive_in_the_browser_flow(
