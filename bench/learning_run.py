@@ -75,6 +75,7 @@ def _bench_build(options: dict[str, Any], stream_size: int) -> Bench:
         min_similarity=options["min_similarity"],
         memory_candidates=options["memory_candidates"],
         memory_min_similarity=-1.0,
+        example_framing=options["framing"],
         **common,
     )
     plain = Queue.objects.create(
@@ -225,6 +226,7 @@ def _random_examples(bench: Bench, rows: list[Labelled], rng: random.Random) -> 
             guidelines_version=1,
             examples=[PromptExample(e.input_text, e.output_text) for e in shown],
             request=row.text,
+            framing=bench.queue.example_framing,
         )
         try:
             answer = llm.complete(
@@ -319,6 +321,7 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
         },
         "significance": significance(counts_by_size),
         "min_similarity": main_minimum,
+        "framing": bench.queue.example_framing,
         "min_similarity_sweep": sweep,
         "chosen_min_similarity": minimum_choose(sweep, tolerance=options["tolerance"])
         if sweep

@@ -96,6 +96,8 @@ SECURE_CSP = {
 }
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
+# Messages (a new token among them, shown once) live in the session, never in a cookie.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -191,6 +193,11 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "review:queue_list"
 # Login attempts per minute, counted per client address and per user name.
 LOGIN_ATTEMPTS_PER_MINUTE = env_int("LOGIN_ATTEMPTS_PER_MINUTE", 10)
+# All names together from one address (an office behind one NAT logs in from one address).
+LOGIN_ATTEMPTS_PER_ADDRESS_PER_MINUTE = env_int("LOGIN_ATTEMPTS_PER_ADDRESS_PER_MINUTE", 50)
+# Proxies of the install's own in front of the web process (0: clients connect directly);
+# the client's address is then read from X-Forwarded-For, that many entries from the right.
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
 # API calls per minute per token (and failed authentications per client address).
 API_REQUESTS_PER_MINUTE = env_int("API_REQUESTS_PER_MINUTE", 600)
 # Items a person may create per minute through the queue page, and tickets a token may
@@ -274,6 +281,15 @@ CELERY_TASK_ROUTES = {
 LLM_MODEL = env_str("LLM_MODEL", "openai/smollm2")
 LLM_API_BASE = env_str("LLM_API_BASE", "http://127.0.0.1:8081/v1")
 LLM_API_KEY = env_str("LLM_API_KEY", "local")
+# LLM_API_KEY goes to LLM_API_BASE only. A queue that names another endpoint is sent the key
+# given for it here ("https://host/v1=ENV_VAR_HOLDING_ITS_KEY", comma-separated), else none:
+# whoever may edit a queue cannot point it at their own server and receive the install's key.
+LLM_ENDPOINT_KEYS = {
+    base.strip().rstrip("/"): os.environ.get(variable.strip(), "")
+    for base, _, variable in (
+        pair.rpartition("=") for pair in env_list("LLM_ENDPOINT_KEYS", "") if "=" in pair
+    )
+}
 LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 60.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3)
 # How often the sweeper looks for generations a dead worker or a lost message left behind.
@@ -313,6 +329,17 @@ QDRANT_COLLECTION_PREFIX = env_str("QDRANT_COLLECTION_PREFIX", "icrlhf")
 MEMORY_SWEEP_INTERVAL_S = env_int("MEMORY_SWEEP_INTERVAL_S", 60)
 # How often low-utility examples are retired (thresholds are per queue).
 MEMORY_PRUNE_INTERVAL_S = env_int("MEMORY_PRUNE_INTERVAL_S", 3600)
+# Gateway calls keep what end users wrote this many days (0: forever); checked this often.
+CALL_RETENTION_DAYS = env_int("CALL_RETENTION_DAYS", 30)
+CALL_PURGE_INTERVAL_S = env_int("CALL_PURGE_INTERVAL_S", 3600)
+# Personal data (e-mail, phone, card and IBAN numbers) replaced by placeholders before a
+# gateway call is stored: "captured" (calls that go to review, and so into memory), "all"
+# (every stored call), "off". Phone numbers without a +country code are read in this region.
+REDACTION = env_str("REDACTION", "captured")
+# Webhooks to loopback, private or link-local addresses are refused unless this is set (a
+# receiver on the same host or network as the install).
+WEBHOOK_ALLOW_PRIVATE = env_bool("WEBHOOK_ALLOW_PRIVATE", False)
+REDACTION_PHONE_REGION = env_str("REDACTION_PHONE_REGION", "US")
 # How often queues with new decisions get their ranking's confidence refitted.
 CALIBRATION_REFIT_INTERVAL_S = env_int("CALIBRATION_REFIT_INTERVAL_S", 300)
 

@@ -263,7 +263,9 @@ def triage_queue(db: None, user: Any) -> Any:
 def api_token(triage_queue: Any) -> str:
     from icrlhf.ingest.services import token_create
 
-    return token_create(queue=triage_queue, name="tests")[1]
+    # Every scope: these tests are about what each endpoint does with its input.
+    scopes = ["items", "gateway", "export", "feedback"]
+    return token_create(queue=triage_queue, name="tests", scopes=scopes)[1]
 
 
 @pytest.fixture

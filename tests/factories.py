@@ -1,11 +1,10 @@
 import factory
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory.models import Example
-from icrlhf.queues.models import Item, Queue
-from icrlhf.queues.roles import curator_permissions_grant
+from icrlhf.queues.models import Item, Membership, Queue
 from icrlhf.review.models import Decision
 
 
@@ -18,14 +17,11 @@ class UserFactory(factory.django.DjangoModelFactory):
     password = factory.django.Password("pass-for-tests")
 
     @factory.post_generation
-    def roles(self, create: bool, extracted: list[str] | None, **kwargs: object) -> None:
-        """Groups the user is in; a reviewer unless the test says otherwise."""
-        names = ["reviewer"] if extracted is None else extracted
-        # get_or_create: transactional tests flush the groups the migration made, and the
-        # permissions granted after migrating.
-        if create and names:
-            self.groups.add(*(Group.objects.get_or_create(name=name)[0] for name in names))
-            curator_permissions_grant(group_model=Group, permission_model=Permission)
+    def groups(self, create: bool, extracted: list[str] | None, **kwargs: object) -> None:
+        """Install-wide groups (only `admin` means anything: roles are per queue)."""
+        # get_or_create: transactional tests flush the groups the migration made.
+        if create and extracted:
+            self.groups.add(*(Group.objects.get_or_create(name=name)[0] for name in extracted))
 
 
 class QueueFactory(factory.django.DjangoModelFactory):
@@ -37,10 +33,26 @@ class QueueFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"Queue {n}")
     n_candidates = 3
 
+    # Members by role: QueueFactory(members=[reviewer], curators=[curator], viewers=[viewer]).
     @factory.post_generation
     def members(self, create: bool, extracted: list[object] | None, **kwargs: object) -> None:
         if create and extracted:
-            self.members.add(*extracted)
+            self.members.add(*extracted, through_defaults={"role": Membership.Role.REVIEWER})
+
+    @factory.post_generation
+    def curators(self, create: bool, extracted: list[object] | None, **kwargs: object) -> None:
+        if create and extracted:
+            self.members.add(*extracted, through_defaults={"role": Membership.Role.CURATOR})
+
+    @factory.post_generation
+    def viewers(self, create: bool, extracted: list[object] | None, **kwargs: object) -> None:
+        if create and extracted:
+            self.members.add(*extracted, through_defaults={"role": Membership.Role.VIEWER})
+
+
+def member_add(queue: Queue, user: object, role: str = "reviewer") -> None:
+    """Makes `user` a member of `queue` with `role`, or changes their role there."""
+    Membership.objects.update_or_create(queue=queue, user=user, defaults={"role": role})
 
 
 class ItemFactory(factory.django.DjangoModelFactory):

@@ -19,6 +19,8 @@ os.environ.setdefault("LLM_API_BASE", "http://127.0.0.1:9/v1")
 os.environ.setdefault("LLM_MODEL", "openai/test-model")
 os.environ.setdefault("QDRANT_PATH", str(_VAR / "test" / f"qdrant-{_RUN}"))
 os.environ.setdefault("LLM_MAX_RETRIES", "2")
+# The webhook receivers the tests start listen on 127.0.0.1 (a test refuses them explicitly).
+os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE", "1")
 
 from icrlhf.settings import *  # noqa: E402, F403
 from icrlhf.settings import DATABASES, VAR_DIR  # noqa: E402

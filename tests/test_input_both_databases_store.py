@@ -133,8 +133,8 @@ def test_an_import_with_times_beyond_the_calendar_and_overlong_tickets_reports_e
     client: Client, triage_queue: Any
 ) -> None:
     """The rows around the bad ones are imported; each bad one is listed; no server error."""
-    curator = UserFactory(roles=["curator"])
-    triage_queue.members.add(curator)
+    curator = UserFactory()
+    triage_queue.members.add(curator, through_defaults={"role": "curator"})
     client.force_login(curator)
     rows = [
         {"subject": "first", "body": "fine"},

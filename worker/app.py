@@ -44,6 +44,11 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
         name="retire low-utility examples",
     )
     sender.add_periodic_task(
+        settings.CALL_PURGE_INTERVAL_S,
+        sender.signature("gateway.calls_purge"),
+        name="remove what end users wrote from gateway calls past CALL_RETENTION_DAYS",
+    )
+    sender.add_periodic_task(
         settings.CALIBRATION_REFIT_INTERVAL_S,
         sender.signature("review.calibrations_refit"),
         name="refit the confidence of queues with new decisions",

@@ -4,6 +4,7 @@ web process shares them): against password guessing and token guessing."""
 import logging
 import time
 
+from django.conf import settings
 from django.core.cache import cache
 from django.http import HttpRequest
 
@@ -13,8 +14,23 @@ logger = logging.getLogger(__name__)
 clock = time.time
 
 
+class LimiterUnavailable(RuntimeError):
+    """The cache that holds the counters cannot be reached."""
+
+
 def client_ip(request: HttpRequest) -> str:
-    """REMOTE_ADDR: behind a proxy, configure it to set that (X-Forwarded-For is forgeable)."""
+    """The client's address: REMOTE_ADDR, or behind TRUSTED_PROXY_COUNT proxies of the
+    install's own, the address the outermost of them saw (X-Forwarded-For, read from the
+    right: what a client writes into the header itself comes first and is never taken)."""
+    proxies = settings.TRUSTED_PROXY_COUNT
+    if proxies > 0:
+        forwarded = [
+            part.strip()
+            for part in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")
+            if part.strip()
+        ]
+        if len(forwarded) >= proxies:
+            return forwarded[-proxies]
     return str(request.META.get("REMOTE_ADDR") or "unknown")
 
 
@@ -23,10 +39,13 @@ def seconds_left_in_window() -> int:
     return WINDOW_S - int(clock()) % WINDOW_S
 
 
-def attempt_allowed(scope: str, ident: str, *, per_minute: int, cost: int = 1) -> bool:
+def attempt_allowed(
+    scope: str, ident: str, *, per_minute: int, cost: int = 1, fail_closed: bool = False
+) -> bool:
     """Counts `cost` attempts for (scope, ident); False once more than `per_minute` would
     have been made this minute. A refused attempt is not counted, so a smaller batch may
-    still fit."""
+    still fit. With the cache down: allowed, or with `fail_closed` LimiterUnavailable (logins:
+    no unlimited password guessing while Redis is away)."""
     key = f"ratelimit:{scope}:{ident}:{int(clock() // WINDOW_S)}"
     try:
         cache.add(key, 0, timeout=WINDOW_S + 1)
@@ -37,7 +56,9 @@ def attempt_allowed(scope: str, ident: str, *, per_minute: int, cost: int = 1) -
             count = cost
         if count > per_minute:
             cache.decr(key, cost)
-    except Exception:  # the cache's server is down: let people in rather than lock all out
+    except Exception as error:  # the cache's server is down
+        if fail_closed:
+            raise LimiterUnavailable("The attempt counters are unavailable.") from error
         logger.warning("Rate limiting skipped: the cache is unavailable", exc_info=True)
         return True
     return count <= per_minute

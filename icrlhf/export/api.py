@@ -8,10 +8,12 @@ from django.http.response import HttpResponseBase
 from ninja import Router
 
 from icrlhf.export.services import ExportFilters, export_lines
-from icrlhf.ingest.auth import token_of
+from icrlhf.ingest.auth import TokenAuth, token_of
+from icrlhf.ingest.models import Scope
 from icrlhf.ingest.schemas import ErrorOut
 
-router = Router(tags=["export"])
+# The whole queue's decisions: only a token given the export scope.
+router = Router(tags=["export"], auth=TokenAuth(scope=Scope.EXPORT))
 
 
 @router.get(

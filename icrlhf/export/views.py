@@ -12,7 +12,7 @@ from django_htmx.middleware import HtmxDetails
 from icrlhf.export.formats import FORMATS
 from icrlhf.export.selectors import ExportSize, export_size
 from icrlhf.export.services import ExportFilters, export_lines
-from icrlhf.queues.access import can_curate, is_admin, queues_visible
+from icrlhf.queues.access import Role, curates_any, is_admin, queues_with_role
 from icrlhf.queues.models import Queue
 from icrlhf.review.models import Decision
 
@@ -39,7 +39,7 @@ class ExportForm(forms.Form):
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["queue"].queryset = queues_visible(user)  # type: ignore[attr-defined]
+        self.fields["queue"].queryset = queues_with_role(user, Role.CURATOR)  # type: ignore[attr-defined]
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -55,7 +55,9 @@ def _filters(data: dict[str, Any], user: Any) -> ExportFilters:
     return ExportFilters(
         queue=data["queue"],
         allowed_queue_ids=(
-            None if is_admin(user) else frozenset(queues_visible(user).values_list("pk", flat=True))
+            None
+            if is_admin(user)
+            else frozenset(queues_with_role(user, Role.CURATOR).values_list("pk", flat=True))
         ),
         decided_from=_day_start(data["decided_from"]),
         decided_to=_day_start(until.fromordinal(until.toordinal() + 1)) if until else None,
@@ -83,8 +85,8 @@ def _size(request: HttpRequest, form: ExportForm) -> ExportSize | None:
 def export_page(request: HtmxHttpRequest) -> HttpResponseBase:
     """Curators download an export; it streams, so its size does not matter. The page counts
     what the chosen filters export as they change (htmx asks for the count alone)."""
-    if not can_curate(request.user):
-        raise PermissionDenied("Only curators and admins export.")
+    if not curates_any(request.user):
+        raise PermissionDenied("Only curators and admins export, each the queues they curate.")
     if request.method == "GET" and request.htmx:
         form = ExportForm(request.GET, user=request.user)
         context = {"form": form, "size": _size(request, form)}

@@ -4,6 +4,7 @@ from django.db import models
 from django.utils import timezone
 
 from icrlhf.ingest.models import IntegrationToken
+from icrlhf.integrations import llm
 from icrlhf.queues.models import Item, Queue
 
 
@@ -73,3 +74,8 @@ class Call(models.Model):
 
     def __str__(self) -> str:
         return f"call {self.pk} to {self.queue} ({self.source})"
+
+    @property
+    def error_summary(self) -> str:
+        """The error without the upstream's own words, for everyone but admins."""
+        return llm.error_summary(self.error)

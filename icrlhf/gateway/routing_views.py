@@ -15,11 +15,11 @@ from icrlhf.queues.services import routing_update
 
 def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
-    may_edit = can_curate(request.user)
+    may_edit = can_curate(request.user, queue)
     form = RoutingForm(request.POST or None, instance=queue)
     if request.method == "POST":
         if not may_edit:
-            raise PermissionDenied("Only curators and admins change routing rules.")
+            raise PermissionDenied("Only the queue's curators and admins change its routing.")
         if form.is_valid():
             routing_update(
                 queue_id=queue.pk,

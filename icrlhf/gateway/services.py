@@ -17,6 +17,7 @@ from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.generation.prompts import PromptExample, messages_build
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
+from icrlhf.integrations.redaction import redact
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.kinds import kind_of
 from icrlhf.memory.selectors import Recall, RetrievedExample, examples_recall_anywhere
@@ -104,7 +105,13 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         capture=capture_reason(queue=queue, top_score=top_score, memory=memory),
     )
 
-    nearest = max(recall.neighbours, key=lambda r: r.score, default=None)
+    # Served as is, with no one reviewing it: only an approved example, where the queue asks.
+    servable = [
+        r
+        for r in recall.neighbours
+        if not queue.memory_answers_need_approval or r.example.approved_for_answers_at
+    ]
+    nearest = max(servable, key=lambda r: r.score, default=None)
     answerable = nearest is not None and not holdout
     if answerable and threshold is not None and nearest is not None and nearest.score >= threshold:
         return replace(retrieved, examples=[nearest], memory_answer=nearest.example.output_text)
@@ -120,14 +127,20 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         for m in request.messages[:-1]
         if m.role in ("user", "assistant")
     ]
+    # The queue's system prompt stays first, whatever the caller sends: it is the curators'
+    # (what the queue answers, what it must not do); the caller's own system message follows.
+    system_prompt = queue.system_prompt.strip()
+    if system:
+        system_prompt = f"{system_prompt}\n\nThe application's instructions:\n{system}"
     messages = messages_build(
-        system_prompt=system or queue.system_prompt,
+        system_prompt=system_prompt,
         instructions=kind_of(queue).instructions(queue),
         guidelines=queue.guidelines,
         guidelines_version=queue.guidelines_version,
         examples=[PromptExample(r.example.input_text, r.example.output_text) for r in in_prompt],
         history=history,
         request=request_text,
+        framing=queue.example_framing,
     )
     # The caller's sampling parameters, within the queue's limit on answer length.
     params = {"temperature": queue.temperature, "max_tokens": queue.max_tokens}
@@ -172,6 +185,13 @@ def call_record(
     status_code: int = 200,
     error: str = "",
 ) -> Call:
+    capture = plan.capture if status_code == 200 else Call.Capture.NONE  # only a whole answer
+    request_text, context = plan.request_text, plan.context
+    if settings.REDACTION == "all" or (settings.REDACTION == "captured" and capture):
+        # Before anything is stored (and, through the review item, embedded): the caller got
+        # its answer already; what is kept has placeholders where the personal data was.
+        request_text, answer_text = redact(request_text).text, redact(answer_text).text
+        context = [{**turn, "content": redact(turn["content"]).text} for turn in context]
     return Call.objects.create(
         id=call_id,
         queue=plan.queue,
@@ -181,8 +201,8 @@ def call_record(
         stream=stream,
         status_code=status_code,
         error=error[:500],
-        request_text=plan.request_text,
-        context=plan.context,
+        request_text=request_text,
+        context=context,
         request_hash=plan.request_hash,
         answer_text=answer_text,
         examples=[{"id": str(r.example.pk), "score": round(r.score, 4)} for r in plan.examples],
@@ -194,6 +214,5 @@ def call_record(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         holdout=plan.holdout,
-        # Only an answer the caller got whole is worth judging.
-        capture=plan.capture if status_code == 200 else Call.Capture.NONE,
+        capture=capture,
     )

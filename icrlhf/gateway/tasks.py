@@ -1,8 +1,9 @@
 import logging
 
 from celery import shared_task
+from django.utils import timezone
 
-from icrlhf.gateway import capture
+from icrlhf.gateway import capture, retention
 
 logger = logging.getLogger(__name__)
 
@@ -18,3 +19,11 @@ def captures_sweep() -> None:
             logger.exception("Capturing gateway call %s failed again", call_id)
     if lost:
         logger.warning("Capture sweep: %d gateway calls captured late", len(lost))
+
+
+@shared_task(name="gateway.calls_purge")
+def calls_purge() -> None:
+    """Periodic: what end users wrote leaves the call log after CALL_RETENTION_DAYS."""
+    purged = retention.calls_purge(now=timezone.now())
+    if purged:
+        logger.info("Retention: the content of %d gateway calls was removed", purged)

@@ -26,7 +26,7 @@ from icrlhf.accounts.ratelimit import attempt_allowed, client_ip, seconds_left_i
 from icrlhf.gateway import capture, services
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
-from icrlhf.ingest.models import IntegrationToken
+from icrlhf.ingest.models import IntegrationToken, Scope
 from icrlhf.ingest.services import token_authenticate
 from icrlhf.integrations import llm
 
@@ -92,6 +92,13 @@ def _authenticate(request: HttpRequest) -> IntegrationToken | JsonResponse:
             401,
             "Send a queue's integration token: `Authorization: Bearer icr_…`.",
             code="invalid_api_key",
+        )
+    if not record.allows(Scope.GATEWAY):
+        return _error(
+            403,
+            "This token does not have the “gateway” scope; an admin grants it on the token's page.",
+            kind="permission_error",
+            code="insufficient_scope",
         )
     if not attempt_allowed(
         "gateway-token", str(record.pk), per_minute=settings.GATEWAY_REQUESTS_PER_MINUTE
@@ -163,6 +170,8 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
         chat = ChatRequest.model_validate(json.loads(request.body))
     except RequestDataTooBig:
         return _too_large()
+    except RecursionError:  # json's parser gives up on deep nesting: the caller's mistake
+        return _error(400, "The request body is nested too deeply.")
     except (ValueError, UnicodeDecodeError) as error:  # ValidationError is a ValueError
         if isinstance(error, ValidationError):
             message, param = _first_problem(error)
@@ -248,7 +257,7 @@ async def _answered(call: _Call) -> HttpResponse:
                     answer_text="", total_ms=total_ms, status_code=error.status, error=str(error)
                 )
             )
-            return _error(error.status, str(error), kind="upstream_error", headers=headers)
+            return _error(error.status, error.summary, kind="upstream_error", headers=headers)
         upstream_ms = _since(upstream_started)
         text, finish_reason, model = completion.text, completion.finish_reason, completion.model
         usage = _usage(completion.prompt_tokens, completion.completion_tokens)
@@ -307,7 +316,7 @@ async def _streamed(call: _Call, *, include_usage: bool) -> HttpResponse | Strea
                     answer_text="", total_ms=total_ms, status_code=error.status, error=str(error)
                 )
             )
-            return _error(error.status, str(error), kind="upstream_error", headers=headers)
+            return _error(error.status, error.summary, kind="upstream_error", headers=headers)
 
     async def events() -> AsyncIterator[str]:
         pieces = _memory_pieces(plan.memory_answer or "") if stream is None else aiter(stream)
@@ -342,8 +351,16 @@ async def _streamed(call: _Call, *, include_usage: bool) -> HttpResponse | Strea
         except llm.LLMError as failure:
             # The status line has gone: OpenAI's clients read an error event mid-stream.
             error, status = str(failure), failure.status
+            summary = failure.summary  # the upstream's own words stay in the admins' log
             yield _event(
-                {"error": {"message": error, "type": "upstream_error", "param": None, "code": None}}
+                {
+                    "error": {
+                        "message": summary,
+                        "type": "upstream_error",
+                        "param": None,
+                        "code": None,
+                    }
+                }
             )
         except (asyncio.CancelledError, GeneratorExit):
             error, status = "The caller hung up before the answer ended.", 499

@@ -106,6 +106,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
         guidelines_version=queue.guidelines_version,
         examples=[PromptExample(r.example.input_text, r.example.output_text) for r in retrieved],
         request=item.input_text,
+        framing=queue.example_framing,
     )
     with transaction.atomic():
         memory_services.retrievals_record(generation_id=generation.pk, retrieved=retrieved)
@@ -206,6 +207,7 @@ def candidates_generate(*, candidate_ids: list[int]) -> None:
         model=generation.model,
         params=generation.params,
         api_base=generation.api_base,
+        response_format=kind_of(queue).response_format(queue),
     )
     for index, outcome in llm.complete_n(call, len(claimed)):
         _candidate_save(claimed[index], outcome, queue=queue)

@@ -75,6 +75,8 @@ def _rows(data: bytes, filename: str) -> list[tuple[int, Any]]:
                 rows.append((number, json.loads(line)))
             except json.JSONDecodeError as error:
                 rows.append((number, error))
+            except RecursionError:  # nested deeper than the parser goes: a row, not a crash
+                rows.append((number, json.JSONDecodeError("nested too deeply", line, 0)))
     else:
         raise ImportFileError("Upload a .csv or a .jsonl file.")
     if not rows:

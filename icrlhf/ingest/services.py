@@ -4,7 +4,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from icrlhf.ingest.models import IntegrationToken
+from icrlhf.ingest.models import DEFAULT_SCOPES, IntegrationToken
 from icrlhf.queues.models import Queue
 
 TOKEN_PREFIX = "icr_"
@@ -14,11 +14,18 @@ def _digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def token_create(*, queue: Queue, name: str) -> tuple[IntegrationToken, str]:
-    """A new token; the plain token is returned once and never stored."""
+def token_create(
+    *, queue: Queue, name: str, scopes: list[str] | None = None
+) -> tuple[IntegrationToken, str]:
+    """A new token (scopes: DEFAULT_SCOPES unless given); the plain token is returned once
+    and never stored."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     record = IntegrationToken.objects.create(
-        queue=queue, name=name, token_hash=_digest(token), prefix=token[:12]
+        queue=queue,
+        name=name,
+        token_hash=_digest(token),
+        prefix=token[:12],
+        scopes=list(DEFAULT_SCOPES if scopes is None else scopes),
     )
     return record, token
 

@@ -8,8 +8,8 @@ from icrlhf.queues.access import can_curate, queue_for_member
 
 def ticket_import(request: HttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
-    if not can_curate(request.user):
-        raise PermissionDenied("Only curators and admins import tickets.")
+    if not can_curate(request.user, queue):
+        raise PermissionDenied("Only this queue's curators and admins import tickets into it.")
     report: ImportReport | None = None
     error = ""
     if request.method == "POST":

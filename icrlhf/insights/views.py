@@ -12,7 +12,7 @@ from icrlhf.insights.selectors import (
     queue_calls,
     queue_dashboard,
 )
-from icrlhf.queues.access import queue_for_member
+from icrlhf.queues.access import is_admin, queue_for_member, review_check
 
 
 def _outcomes(windows: list[Window], x_title: str) -> str:
@@ -151,5 +151,8 @@ CALLS_PER_PAGE = 50
 def queue_calls_page(request: HttpRequest, slug: str) -> HttpResponse:
     """The gateway's log for one queue: each call, what shaped it and how long it took."""
     queue = queue_for_member(request.user, slug=slug)
+    # Calls hold what end users wrote: reviewers and curators of the queue only.
+    review_check(request.user, queue)
     page = Paginator(queue_calls(queue=queue), CALLS_PER_PAGE).get_page(request.GET.get("page"))
-    return render(request, "insights/calls.html", {"queue": queue, "page": page})
+    context = {"queue": queue, "page": page, "upstream_detail": is_admin(request.user)}
+    return render(request, "insights/calls.html", context)

@@ -7,17 +7,20 @@ the services) but never calls a model, and litellm costs seconds and ~150 MB to 
 import asyncio
 import concurrent.futures
 import json
+import logging
 import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
 from typing import Any
 
 from django.conf import settings
+
+logger = logging.getLogger(__name__)
 
 # Sampling parameters a queue may set; anything else in its params is ignored, so a queue
 # cannot smuggle provider options (base URLs, keys, mock switches) into the call.
@@ -38,6 +41,17 @@ class LLMError(Exception):
     def __init__(self, message: str, *, status: int = 502) -> None:
         super().__init__(message)
         self.status = status
+
+    @property
+    def summary(self) -> str:
+        """What went wrong without the upstream's own words (its error body may hold what
+        the endpoint's owner chose to put there): for anyone but an admin."""
+        return error_summary(str(self))
+
+
+def error_summary(message: str) -> str:
+    # Messages read "<what happened>: <the upstream's detail>" (see _describe).
+    return message.partition(": ")[0]
 
 
 class TransientLLMError(LLMError):
@@ -116,15 +130,19 @@ def complete(
     model: str,
     params: dict[str, Any],
     api_base: str = "",
+    response_format: dict[str, Any] | None = None,
     mock_response: str | None = None,
 ) -> Completion:
     """One chat completion. `mock_response` is litellm's own offline switch, for tests."""
     litellm = _litellm()
     started = time.monotonic()
-    extra: dict[str, Any] = {} if mock_response is None else {"mock_response": mock_response}
+    extra = _extra(mock_response)
     try:
         response = litellm.completion(
-            model=model, messages=messages, **_call_options(params, api_base), **extra
+            model=model,
+            messages=messages,
+            **_call_options(params, api_base, response_format),
+            **extra,
         )
     except Exception as error:  # litellm raises many types: sorted by _failure.
         raise _failure(error) from error
@@ -132,10 +150,34 @@ def complete(
     return _completion_from(response, model=model, latency_ms=latency_ms)
 
 
-def _call_options(params: dict[str, Any], api_base: str) -> dict[str, Any]:
+# Sent instead of a key where the install has none for an endpoint: with no key at all,
+# litellm would fall back to a provider key in the environment (OPENAI_API_KEY…).
+NO_KEY = "no-key-for-this-endpoint"
+
+
+def api_key_for(api_base: str) -> str | None:
+    """The install's key for its own endpoint (None: litellm reads the provider's key from
+    the environment, as the install intends); for another endpoint the key configured for it
+    (LLM_ENDPOINT_KEYS), else none at all: a queue never receives the install's key."""
+    own = settings.LLM_API_BASE.rstrip("/")
+    wanted = (api_base or own).rstrip("/")
+    if wanted == own:
+        return settings.LLM_API_KEY or None
+    return settings.LLM_ENDPOINT_KEYS.get(wanted) or NO_KEY
+
+
+def _extra(mock_response: str | None) -> dict[str, Any]:
+    return {} if mock_response is None else {"mock_response": mock_response}
+
+
+def _call_options(
+    params: dict[str, Any], api_base: str, response_format: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    structured = {} if response_format is None else {"response_format": response_format}
     return {
+        **structured,
         "api_base": api_base or settings.LLM_API_BASE or None,
-        "api_key": settings.LLM_API_KEY or None,
+        "api_key": api_key_for(api_base),
         "timeout": settings.LLM_TIMEOUT_S,
         "num_retries": 0,  # Celery owns the retries, with backoff and a cap; callers own theirs.
         **sampling_params(params),
@@ -159,15 +201,18 @@ async def acomplete(
     model: str,
     params: dict[str, Any],
     api_base: str = "",
+    response_format: dict[str, Any] | None = None,
     mock_response: str | None = None,
 ) -> Completion:
     """`complete` for an event loop (the gateway): many calls wait at once in one thread."""
     litellm = _litellm()
     started = time.monotonic()
-    extra: dict[str, Any] = {} if mock_response is None else {"mock_response": mock_response}
     try:
         response = await litellm.acompletion(
-            model=model, messages=messages, **_call_options(params, api_base), **extra
+            model=model,
+            messages=messages,
+            **_call_options(params, api_base, response_format),
+            **_extra(mock_response),
         )
     except Exception as error:
         raise _failure(error) from error
@@ -182,16 +227,20 @@ async def acomplete_n(
     params: dict[str, Any],
     n: int,
     api_base: str = "",
+    response_format: dict[str, Any] | None = None,
     mock_response: str | None = None,
 ) -> list[Completion]:
     """Up to `n` answers to one prompt from one request (OpenAI's `n`): the prompt is sent and
     processed once. A server that ignores `n` answers once."""
     litellm = _litellm()
     started = time.monotonic()
-    extra: dict[str, Any] = {} if mock_response is None else {"mock_response": mock_response}
     try:
         response = await litellm.acompletion(
-            model=model, messages=messages, n=n, **_call_options(params, api_base), **extra
+            model=model,
+            messages=messages,
+            n=n,
+            **_call_options(params, api_base, response_format),
+            **_extra(mock_response),
         )
     except Exception as error:
         raise _failure(error) from error
@@ -207,6 +256,8 @@ class Call:
     model: str
     params: dict[str, Any]
     api_base: str = ""
+    # Structured output (a JSON schema the server holds the answer to), or None.
+    response_format: dict[str, Any] | None = None
 
 
 class _EventLoop:
@@ -233,6 +284,34 @@ _event_loop = _EventLoop()
 
 # Endpoints that answered a request for several answers with one: asked one at a time after.
 _answers_once: set[tuple[str, str]] = set()
+# Endpoints that refused structured output: asked without it after, their answers then read
+# by the kind's tolerant parser (a provider without JSON schemas still answers).
+_no_structured_output: set[tuple[str, str]] = set()
+
+
+def _response_format(call: Call) -> dict[str, Any] | None:
+    return None if (call.model, call.api_base) in _no_structured_output else call.response_format
+
+
+def _refuses_structure(error: PermanentLLMError) -> bool:
+    said = str(error).lower()
+    return any(word in said for word in ("response_format", "json_schema", "schema", "grammar"))
+
+
+async def _structured_or_not[T](
+    call: Call, ask: Callable[[dict[str, Any] | None], Awaitable[T]]
+) -> T:
+    """Asks with the call's structured output, and once more without it if the endpoint
+    refuses it (remembered for the rest of the process)."""
+    wanted = _response_format(call)
+    try:
+        return await ask(wanted)
+    except PermanentLLMError as error:
+        if wanted is None or not _refuses_structure(error):
+            raise
+        logger.warning("%s refused structured output; asking without it: %s", call.model, error)
+        _no_structured_output.add((call.model, call.api_base))
+        return await ask(None)
 
 
 def complete_n(call: Call, n: int) -> Iterator[tuple[int, Completion | LLMError]]:
@@ -248,12 +327,16 @@ def complete_n(call: Call, n: int) -> Iterator[tuple[int, Completion | LLMError]
         yield from _complete_each(call, n)
         return
     future = asyncio.run_coroutine_threadsafe(
-        acomplete_n(
-            messages=call.messages,
-            model=call.model,
-            params=call.params,
-            api_base=call.api_base,
-            n=n,
+        _structured_or_not(
+            call,
+            lambda response_format: acomplete_n(
+                messages=call.messages,
+                model=call.model,
+                params=call.params,
+                api_base=call.api_base,
+                n=n,
+                response_format=response_format,
+            ),
         ),
         _event_loop.get(),
     )
@@ -287,11 +370,15 @@ def _complete_each(call: Call, count: int) -> Iterator[tuple[int, Completion | L
     loop = _event_loop.get()
     pending = {
         asyncio.run_coroutine_threadsafe(
-            acomplete(
-                messages=call.messages,
-                model=call.model,
-                params=call.params,
-                api_base=call.api_base,
+            _structured_or_not(
+                call,
+                lambda response_format: acomplete(
+                    messages=call.messages,
+                    model=call.model,
+                    params=call.params,
+                    api_base=call.api_base,
+                    response_format=response_format,
+                ),
             ),
             loop,
         ): index

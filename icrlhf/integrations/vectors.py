@@ -5,7 +5,7 @@ qdrant-client is imported on first use: the web process never talks to the store
 import contextlib
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
@@ -130,7 +130,7 @@ def search(
     collection: str,
     vector: list[float],
     limit: int,
-    match: dict[str, list[str]],
+    match: Mapping[str, Sequence[str | int]],
     min_score: float | None = None,
     with_vectors: bool = True,
     payload_fields: Sequence[str] | None = None,
@@ -144,7 +144,11 @@ def search(
     if match:
         query_filter = models.Filter(
             must=[
-                models.FieldCondition(key=key, match=models.MatchAny(any=values))
+                models.FieldCondition(
+                    # One field's values are all of one type (a role's names, a queue's id).
+                    key=key,
+                    match=models.MatchAny(any=cast("list[str] | list[int]", list(values))),
+                )
                 for key, values in match.items()
             ]
         )

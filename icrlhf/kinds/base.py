@@ -41,6 +41,10 @@ class QueueKind:
         """What the prompt asks for beyond the queue's own system prompt."""
         return ""
 
+    def response_format(self, queue: Queue) -> dict[str, Any] | None:
+        """Structured output to ask the model for (OpenAI's `response_format`), or None."""
+        return None
+
     def parse(self, text: str, queue: Queue) -> Parsed:
         """The kind's fields in a model's (or a remembered) answer; none for free text."""
         return Parsed()

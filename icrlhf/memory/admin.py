@@ -64,6 +64,8 @@ class WeightActionForm(ActionForm):
 
 @admin.register(Example)
 class ExampleAdmin(QueueScopedAdmin[Example]):
+    curators_manage = True
+
     class Media:
         css = {"all": ["css/admin.css"]}
 
@@ -91,7 +93,16 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
     ]
     search_fields = ["input_text", "output_text"]
     action_form = WeightActionForm
-    actions = ["pin", "retire", "restore", "reweight", "merge", "delete_selected_examples"]
+    actions = [
+        "pin",
+        "retire",
+        "restore",
+        "approve",
+        "withdraw_approval",
+        "reweight",
+        "merge",
+        "delete_selected_examples",
+    ]
     fields = [
         "queue",
         "role",
@@ -256,6 +267,20 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
     def restore(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
         self._set(request, queryset, Example.Status.ACTIVE, "restored")
 
+    @admin.action(description="Approve as an answer from memory (served as is)")
+    def approve(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
+        count = curation.examples_approve(
+            ids=list(queryset.values_list("pk", flat=True)), approved=True, actor=_actor(request)
+        )
+        messages.success(request, f"Approved {count} example(s) as answers from memory.")
+
+    @admin.action(description="Withdraw the approval as an answer from memory")
+    def withdraw_approval(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
+        count = curation.examples_approve(
+            ids=list(queryset.values_list("pk", flat=True)), approved=False, actor=_actor(request)
+        )
+        messages.success(request, f"Withdrew the approval of {count} example(s).")
+
     @admin.action(description="Reweight (to the weight given)")
     def reweight(self, request: HttpRequest, queryset: QuerySet[Example]) -> None:
         raw = request.POST.get("weight", "")
@@ -301,6 +326,8 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
 @admin.register(CurationEvent)
 class CurationEventAdmin(QueueScopedAdmin[CurationEvent]):
     """The audit log: read-only."""
+
+    curators_manage = True
 
     list_display = ["created_at", "actor", "action", "example_id", "queue", "detail"]
     list_filter = ["action", "queue", "created_at"]

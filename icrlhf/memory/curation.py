@@ -62,6 +62,21 @@ def examples_status_set(
 
 
 @transaction.atomic
+def examples_approve(*, ids: Sequence[UUID], approved: bool, actor: User | None) -> int:
+    """Approve examples (or withdraw the approval) for being served as answers from memory."""
+    examples = list(
+        Example.objects.select_for_update()
+        .filter(pk__in=ids)
+        .filter(approved_for_answers_at__isnull=approved)
+    )
+    Example.objects.filter(pk__in=[e.pk for e in examples]).update(
+        approved_for_answers_at=timezone.now() if approved else None
+    )
+    _record(actor, "approve" if approved else "withdraw_approval", examples)
+    return len(examples)
+
+
+@transaction.atomic
 def example_output_edit(*, example_id: UUID, output_text: str, actor: User | None) -> Example:
     output_text = output_text.strip()
     if not output_text:
@@ -70,7 +85,8 @@ def example_output_edit(*, example_id: UUID, output_text: str, actor: User | Non
     previous = example.output_text
     example.output_text = output_text
     example.index_state = Example.IndexState.PENDING
-    example.save(update_fields=["output_text", "index_state"])
+    example.approved_for_answers_at = None  # an edited answer is approved afresh
+    example.save(update_fields=["output_text", "index_state", "approved_for_answers_at"])
     _record(actor, "edit", [example], previous=previous[:2000])
     ids = [str(example.pk)]
     transaction.on_commit(lambda: tasks.examples_index.delay(ids), robust=True)

@@ -23,16 +23,22 @@ from icrlhf.memory.models import Example
 _SWEEP_GRACE = timedelta(seconds=30)
 
 
-def collection_of(queue_slug: str) -> str:
-    """A queue's collection (installs sharing one Qdrant stay apart by the prefix)."""
+def collection_of(queue_id: int) -> str:
+    """A queue's collection, named by its id: a slug can be renamed and given to another
+    queue, an id never is (installs sharing one Qdrant stay apart by the prefix)."""
+    return f"{settings.QDRANT_COLLECTION_PREFIX}_q{queue_id}"
+
+
+def collection_of_slug(queue_slug: str) -> str:
+    """Where a queue's examples were stored before collections were named by queue id."""
     return f"{settings.QDRANT_COLLECTION_PREFIX}_{queue_slug}"
 
 
 def _by_collection(examples: Iterable[Example]) -> dict[str, list[Example]]:
-    """Examples grouped by their queue's collection (each needs `queue` loaded)."""
+    """Examples grouped by their queue's collection."""
     grouped: dict[str, list[Example]] = defaultdict(list)
     for example in examples:
-        grouped[collection_of(example.queue.slug)].append(example)
+        grouped[collection_of(example.queue_id)].append(example)
     return grouped
 
 
@@ -43,9 +49,9 @@ def examples_index(*, example_ids: Sequence[UUID | str], neighbours: bool = True
     Raises VectorStoreUnavailable after marking the examples failed, so the task can retry.
     """
     examples = list(
-        Example.objects.filter(pk__in=list(example_ids))
-        .exclude(index_state=Example.IndexState.INDEXED)
-        .select_related("queue")
+        Example.objects.filter(pk__in=list(example_ids)).exclude(
+            index_state=Example.IndexState.INDEXED
+        )
     )
     if not examples:
         return 0
@@ -93,10 +99,10 @@ def _payload(example: Example) -> dict[str, object]:
 
 def examples_payload_sync(*, example_ids: Sequence[UUID | str]) -> int:
     """Bring the points' status and weight in line with the database (one update a point)."""
-    examples = Example.objects.filter(pk__in=list(example_ids)).select_related("queue")
+    examples = Example.objects.filter(pk__in=list(example_ids))
     for example in examples:
         vectors.payload_set(
-            collection=collection_of(example.queue.slug),
+            collection=collection_of(example.queue_id),
             ids=[example.pk],
             payload={"status": example.status, "weight": example.weight},
         )
@@ -112,13 +118,14 @@ def _neighbours_record(examples: Sequence[Example], vector_of: dict[str, list[fl
         if example.role != Example.Role.PREFERRED:
             continue
         hits = vectors.search(
-            collection=collection_of(example.queue.slug),
+            collection=collection_of(example.queue_id),
             vector=vector_of[example.input_text],
             limit=6,
             match={"role": [Example.Role.PREFERRED]},
         )
         neighbours = [h for h in hits if h.id != example.pk][:5]
         older = Example.objects.filter(
+            queue_id=example.queue_id,
             pk__in=[h.id for h in neighbours if h.score > NEAR_DUPLICATE_COSINE],
             created_at__lt=example.created_at,
         ).order_by("created_at")
@@ -143,7 +150,8 @@ def points_of_examples(examples: Iterable[Example]) -> dict[str, list[str]]:
 
 def examples_unindexed(*, limit: int = 500) -> list[str]:
     """Examples the index task has not managed to store: failed ones, and pending ones older
-    than a normal indexing delay (their task was lost, or the store was down)."""
+    than a normal indexing delay (their task was lost, the store was down, or an upgrade
+    moved their collection). Retired ones too: a retired example keeps its point."""
     cutoff = timezone.now() - _SWEEP_GRACE
     return [
         str(pk)
@@ -151,7 +159,6 @@ def examples_unindexed(*, limit: int = 500) -> list[str]:
             Q(index_state=Example.IndexState.FAILED)
             | Q(index_state=Example.IndexState.PENDING, created_at__lt=cutoff)
         )
-        .exclude(status=Example.Status.RETIRED)
         .order_by("created_at")
         .values_list("pk", flat=True)[:limit]
     ]

@@ -22,7 +22,7 @@ def memory_check(*, queue_slug: str | None = None) -> dict[str, Any]:
     report: dict[str, Any] = {"embedding_model": model, "queues": {}, "drift": False}
     for queue in _queues(queue_slug):
         rows = dict(Example.objects.filter(queue=queue).values_list("pk", "embedding_model"))
-        points = vectors.point_ids(collection=index.collection_of(queue.slug))
+        points = vectors.point_ids(collection=index.collection_of(queue.pk))
         missing = sorted(str(pk) for pk in set(rows) - points)
         orphans = sorted(str(pk) for pk in points - set(rows))
         stale = sorted(str(pk) for pk, used in rows.items() if used and used != model)
@@ -47,7 +47,9 @@ def memory_reindex(*, queue_slug: str | None = None) -> dict[str, Any]:
     """Rebuild collections from the database: same point ids (the example UUIDs)."""
     counts: dict[str, int] = {}
     for queue in _queues(queue_slug):
-        vectors.collection_drop(collection=index.collection_of(queue.slug))
+        vectors.collection_drop(collection=index.collection_of(queue.pk))
+        # Before collections were named by queue id, by slug: that copy goes too.
+        vectors.collection_drop(collection=index.collection_of_slug(queue.slug))
         ids = list(Example.objects.filter(queue=queue).values_list("pk", flat=True))
         Example.objects.filter(pk__in=ids).update(index_state=Example.IndexState.PENDING)
         for start in range(0, len(ids), _REINDEX_BATCH):

@@ -72,6 +72,8 @@ class Example(models.Model):
     index_error = models.TextField(blank=True)
     embedding_model = models.CharField(max_length=200, blank=True)
     indexed_at = models.DateTimeField(null=True, blank=True)
+    # A curator's approval for serving this answer as is, where the queue asks for one.
+    approved_for_answers_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

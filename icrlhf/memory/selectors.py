@@ -56,7 +56,7 @@ def examples_recall(
     if (k <= 0 and pool <= 0) or not _preferred(queue).exists():
         # Nothing to find: a new queue's requests are not embedded for nothing.
         return Recall(examples=[], neighbours=[], minimum=minimum)
-    collection = index.collection_of(queue.slug)
+    collection = index.collection_of(queue.pk)
     vector = embeddings.embed_text(query_text)
     pinned = list(
         Example.objects.filter(
@@ -68,6 +68,7 @@ def examples_recall(
     )
     pinned.sort(key=lambda e: -pinned_scores.get(e.pk, 0.0))
     live = _live_hits(
+        queue_id=queue.pk,
         collection=collection,
         vector=vector,
         limit=max(k * _OVERFETCH, pool),
@@ -128,7 +129,7 @@ def _near_any(vector: list[float], others: list[list[float]]) -> bool:
 
 
 def _live_hits(
-    *, collection: str, vector: list[float], limit: int, needed: int, minimum: float
+    *, queue_id: int, collection: str, vector: list[float], limit: int, needed: int, minimum: float
 ) -> list[tuple[vectors.Hit, Example]]:
     """Up to `limit` nearest active preferred examples, with their rows, those below the
     minimum similarity included (the caller keeps them out of use and records them).
@@ -146,9 +147,9 @@ def _live_hits(
         limit=limit * _CROWDING,
         match={},
         with_vectors=False,  # building every hit's vector costs more than the search
-        payload_fields=("role", "status"),
+        payload_fields=("queue_id", "role", "status"),
     )
-    live = _live_of(plain, limit=limit)
+    live = _live_of(plain, limit=limit, queue_id=queue_id)
     above = sum(hit.score >= minimum for hit, _ in live)
     if (
         above < needed
@@ -160,9 +161,14 @@ def _live_hits(
                 collection=collection,
                 vector=vector,
                 limit=limit,
-                match={"role": [Example.Role.PREFERRED], "status": [Example.Status.ACTIVE]},
+                match={
+                    "queue_id": [queue_id],
+                    "role": [Example.Role.PREFERRED],
+                    "status": [Example.Status.ACTIVE],
+                },
             ),
             limit=limit,
+            queue_id=queue_id,
         )
     stored = vectors.vectors_of(collection=collection, ids=[hit.id for hit, _ in live])
     return [
@@ -170,16 +176,21 @@ def _live_hits(
     ]
 
 
-def _live_of(hits: list[vectors.Hit], *, limit: int) -> list[tuple[vectors.Hit, Example]]:
-    """The first `limit` hits whose points and rows are active preferred examples: the
-    database is the source of truth, so a point whose row is gone or changed is stale."""
+def _live_of(
+    hits: list[vectors.Hit], *, limit: int, queue_id: int
+) -> list[tuple[vectors.Hit, Example]]:
+    """The first `limit` hits whose points and rows are the queue's active preferred
+    examples: the database is the source of truth, so a point whose row is gone or changed
+    is stale, and a point or row of another queue (a store shared wrongly, a collection
+    left from another install) is never anyone's example here."""
     candidates = [
         hit
         for hit in hits
-        if hit.payload.get("role") == Example.Role.PREFERRED
+        if hit.payload.get("queue_id") == queue_id
+        and hit.payload.get("role") == Example.Role.PREFERRED
         and hit.payload.get("status") == Example.Status.ACTIVE
     ][:limit]
-    rows = Example.objects.in_bulk([hit.id for hit in candidates])
+    rows = Example.objects.filter(queue_id=queue_id).in_bulk([hit.id for hit in candidates])
     return [
         (hit, rows[hit.id])
         for hit in candidates

@@ -90,7 +90,9 @@ def demo_triage_queue_ensure(*, data_dir: Path) -> tuple[Queue | None, int]:
             "reason_tags": ["wrong category", "wrong priority", "bad reply"],
         },
     )
-    queue.members.add(get_user_model().objects.get(username=DEMO_USERNAME))
+    queue.members.add(
+        get_user_model().objects.get(username=DEMO_USERNAME), through_defaults={"role": "curator"}
+    )
     if not created:
         return queue, 0
     messages = banking77_messages(csv_path)
@@ -137,7 +139,9 @@ def demo_queue_ensure(*, data_dir: Path) -> tuple[Queue, int]:
             "reason_tags": ["wrong facts", "not helpful", "too long", "unsafe"],
         },
     )
-    queue.members.add(get_user_model().objects.get(username=DEMO_USERNAME))
+    queue.members.add(
+        get_user_model().objects.get(username=DEMO_USERNAME), through_defaults={"role": "curator"}
+    )
     if not created:
         return queue, 0
     csv_path = data_dir / "banking77" / "test.csv"

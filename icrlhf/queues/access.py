@@ -1,58 +1,98 @@
-"""Who may do what. Roles are groups: reviewer, curator, admin (superusers are admins).
+"""Who may do what. A role belongs to one queue membership, never to the user:
 
-- reviewer: sees the queues they are a member of, creates items, decides.
-- curator: a reviewer who may also curate memory and export (never a plain reviewer).
-- admin: every queue, every action.
+- viewer: sees the queue's items and decisions, decides nothing;
+- reviewer: also creates items, decides, and reads the gateway's call log;
+- curator: also curates memory, routing, import and export — of that queue only;
+- admin (superusers, and the install-wide `admin` group): every queue, every action.
+
+Every check takes the queue it is about; the only queue-free questions are `is_admin` and
+`queues_with_role` (the queues in which someone holds at least a role).
 """
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
+from django.http import Http404
 
-from icrlhf.queues.models import Queue
+from icrlhf.queues.models import Membership, Queue
 
-REVIEWER, CURATOR, ADMIN = "reviewer", "curator", "admin"
+ADMIN = "admin"
+Role = Membership.Role
+# Each role and the roles it includes.
+_AT_LEAST: dict[str, set[str]] = {
+    Role.VIEWER: {Role.VIEWER, Role.REVIEWER, Role.CURATOR},
+    Role.REVIEWER: {Role.REVIEWER, Role.CURATOR},
+    Role.CURATOR: {Role.CURATOR},
+}
 
 type AnyUser = AbstractBaseUser | AnonymousUser
 
 
-def _groups(user: AnyUser) -> set[str]:
-    """The user's role names, read once per request (the user object lives that long)."""
+def is_admin(user: AnyUser) -> bool:
     if not user.is_authenticated:
-        return set()
-    cached: set[str] | None = getattr(user, "_icrlhf_groups", None)
-    if cached is None:
-        cached = set(Group.objects.filter(user=user.pk).values_list("name", flat=True))
-        setattr(user, "_icrlhf_groups", cached)  # noqa: B010 (a cache on a non-model attribute)
+        return False
+    if getattr(user, "is_superuser", False):
+        return True
+    cached: bool | None = getattr(user, "_icrlhf_admin", None)
+    if cached is None:  # read once per request (the user object lives that long)
+        cached = Group.objects.filter(user=user.pk, name=ADMIN).exists()
+        setattr(user, "_icrlhf_admin", cached)  # noqa: B010 (a cache on a non-model attribute)
     return cached
 
 
-def is_admin(user: AnyUser) -> bool:
-    return bool(getattr(user, "is_superuser", False)) or ADMIN in _groups(user)
+def _roles(user: AnyUser) -> dict[int, str]:
+    """The user's role in each of their queues, read once per request."""
+    if not user.is_authenticated:
+        return {}
+    cached: dict[int, str] | None = getattr(user, "_icrlhf_roles", None)
+    if cached is None:
+        cached = dict(Membership.objects.filter(user=user.pk).values_list("queue_id", "role"))
+        setattr(user, "_icrlhf_roles", cached)  # noqa: B010
+    return cached
 
 
-def can_curate(user: AnyUser) -> bool:
-    return is_admin(user) or CURATOR in _groups(user)
+def role_in(user: AnyUser, queue: Queue) -> str | None:
+    """The user's role in the queue (admins: curator), or None for a non-member."""
+    if is_admin(user):
+        return Role.CURATOR
+    return _roles(user).get(queue.pk)
 
 
-def queues_visible(user: AnyUser) -> QuerySet[Queue]:
+def has_role(user: AnyUser, queue: Queue, role: str) -> bool:
+    """Whether the user holds `role`, or one that includes it, in this queue."""
+    return role_in(user, queue) in _AT_LEAST[role]
+
+
+def can_review(user: AnyUser, queue: Queue) -> bool:
+    return has_role(user, queue, Role.REVIEWER)
+
+
+def can_curate(user: AnyUser, queue: Queue) -> bool:
+    return has_role(user, queue, Role.CURATOR)
+
+
+def queues_with_role(user: AnyUser, role: str = Role.VIEWER) -> QuerySet[Queue]:
+    """The queues in which the user holds `role` or more (every queue for an admin)."""
     if is_admin(user):
         return Queue.objects.all()
     if not user.is_authenticated:
         return Queue.objects.none()
-    return Queue.objects.filter(members=user.pk)
+    return Queue.objects.filter(
+        membership__user=user.pk, membership__role__in=_AT_LEAST[role]
+    ).distinct()
 
 
-def can_review(user: AnyUser, queue: Queue) -> bool:
-    if is_admin(user):
-        return True
-    roles = _groups(user)
-    return bool(roles & {REVIEWER, CURATOR}) and queue.members.filter(pk=user.pk or 0).exists()
+def queues_visible(user: AnyUser) -> QuerySet[Queue]:
+    return queues_with_role(user, Role.VIEWER)
+
+
+def curates_any(user: AnyUser) -> bool:
+    """Whether to offer the curator's pages at all (each still asks about its queue)."""
+    return is_admin(user) or Role.CURATOR in _roles(user).values()
 
 
 def queue_for_member(user: AnyUser, **lookup: object) -> Queue:
     """The queue, if the user may see it: 404 otherwise, so queue names do not leak."""
-    from django.http import Http404
-
     queue = queues_visible(user).filter(**lookup).first()
     if queue is None:
         raise Http404("No such queue.")
@@ -60,7 +100,10 @@ def queue_for_member(user: AnyUser, **lookup: object) -> Queue:
 
 
 def review_check(user: AnyUser, queue: Queue) -> None:
-    from django.core.exceptions import PermissionDenied
-
     if not can_review(user, queue):
         raise PermissionDenied("You are not a reviewer of this queue.")
+
+
+def curate_check(user: AnyUser, queue: Queue) -> None:
+    if not can_curate(user, queue):
+        raise PermissionDenied("You are not a curator of this queue.")

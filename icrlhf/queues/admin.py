@@ -1,21 +1,85 @@
 from typing import Any
 
+from django import forms
 from django.contrib import admin
+from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 
+from icrlhf.queues.access import can_curate, is_admin, queues_visible, role_in
 from icrlhf.queues.admin_scope import QueueScopedAdmin
-from icrlhf.queues.models import Item, Queue
+from icrlhf.queues.models import Item, Membership, Queue
 from icrlhf.queues.services import queue_save
+
+
+class QueueAdminForm(forms.ModelForm[Queue]):
+    # Write-only: a secret once saved is never sent to a browser again; empty keeps it.
+    webhook_secret = forms.CharField(
+        required=False,
+        max_length=200,
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Signs each webhook (HMAC-SHA256 of the timestamp and the body). Never shown "
+        "again once saved; leave empty to keep the current one.",
+    )
+
+    class Meta:
+        model = Queue
+        fields = "__all__"  # noqa: DJ007 (the admin's form: the admin chooses the fields)
+
+    def clean_webhook_secret(self) -> str:
+        return str(self.cleaned_data.get("webhook_secret") or self.instance.webhook_secret)
+
+
+class MembershipInline(admin.TabularInline[Membership, Queue]):
+    model = Membership
+    extra = 1
+    verbose_name = "member"
+    verbose_name_plural = "members and their roles in this queue"
+
+    # Membership is managed with its queue: curating the queue is the permission.
+    def _curates(self, request: HttpRequest, queue: Queue | None) -> bool:
+        return is_admin(request.user) or (queue is not None and can_curate(request.user, queue))
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return obj is None or is_admin(request.user) or role_in(request.user, obj) is not None
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._curates(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._curates(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._curates(request, obj)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        # The picker lists only people the editor already shares a queue with: a curator can
+        # bring a colleague in, never browse the install's user list.
+        if db_field.name == "user" and not is_admin(request.user):
+            kwargs["queryset"] = (
+                get_user_model()
+                .objects.filter(queues__in=queues_visible(request.user))
+                .distinct()
+                .order_by("username")
+            )
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
 @admin.register(Queue)
 class QueueAdmin(QueueScopedAdmin[Queue]):
+    form = QueueAdminForm
     queue_lookup = "pk"
     list_display = ["name", "slug", "kind", "n_candidates", "k_examples", "model"]
     prepopulated_fields = {"slug": ["name"]}
     search_fields = ["name", "slug"]
-    filter_horizontal = ["members"]
+    inlines = [MembershipInline]
     readonly_fields = ["guidelines_version"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Where the prompts (and a key) go is the install's choice: superusers only.
+        fields = list(super().get_readonly_fields(request, obj))
+        if not getattr(request.user, "is_superuser", False):
+            fields += ["model", "api_base"]
+        return fields
 
     def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
         queue_save(queue=obj, actor=request.user)  # type: ignore[arg-type]

@@ -2,8 +2,8 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from icrlhf.queues.access import can_curate
+from icrlhf.queues.access import curates_any
 
 
 def roles(request: HttpRequest) -> dict[str, Any]:
-    return {"can_curate": can_curate(request.user)}
+    return {"can_curate": curates_any(request.user)}

@@ -3,12 +3,21 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 MAX_CANDIDATES = 8
+# Chosen on the learning benchmark (`manage.py bench_learning`, its minimum-similarity sweep,
+# README): the highest minimum whose first-candidate accuracy and acceptance stayed within two
+# held-out messages of the best; it keeps every off-topic request away from memory (0.2 let
+# all of them reach it, 0.3 one in twelve).
+DEFAULT_MIN_SIMILARITY = 0.4
 
 
 class Queue(models.Model):
     class Kind(models.TextChoices):
         GENERAL = "general", "General"
         TRIAGE = "triage", "Support triage"
+
+    class ExampleFraming(models.TextChoices):
+        REFERENCE = "reference", "quoted reference material (no one can ask for them back)"
+        TURNS = "turns", "earlier turns of the conversation (a user can ask for them back)"
 
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
@@ -38,10 +47,21 @@ class Queue(models.Model):
     k_examples = models.PositiveSmallIntegerField(
         "examples retrieved", default=5, validators=[MaxValueValidator(50)]
     )
+    example_framing = models.CharField(
+        "examples are sent as",
+        max_length=10,
+        choices=ExampleFraming.choices,
+        default=ExampleFraming.REFERENCE,
+        help_text="Examples are other customers' requests and answers. As turns, a user who "
+        "asks the model to repeat the conversation may receive them.",
+    )
     min_similarity = models.FloatField(
-        default=0.2,
+        "minimum similarity",
+        default=DEFAULT_MIN_SIMILARITY,
         validators=[MinValueValidator(-1.0), MaxValueValidator(1.0)],
-        help_text="Examples less similar than this (cosine) are never retrieved.",
+        help_text="Stored examples less similar than this (cosine) to a request are left out "
+        "of its prompt and never offered or served as its answer; the item page lists them. "
+        "Pinned examples stay in every prompt. -1: no minimum.",
     )
     memory_candidates = models.PositiveSmallIntegerField(
         default=1,
@@ -61,6 +81,12 @@ class Queue(models.Model):
         validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
         help_text="Gateway calls whose nearest preferred example is at least this similar "
         "(cosine) get its answer, with no LLM call. Empty: always ask the model.",
+    )
+    memory_answers_need_approval = models.BooleanField(
+        "answers from memory need a curator's approval",
+        default=False,
+        help_text="Serve a stored answer as is only once a curator approved that example "
+        "(the examples list's action); others still reach prompts.",
     )
     # Routing of gateway calls (curators edit them on the queue's routing page; each change is
     # audited in RoutingChange).
@@ -138,9 +164,10 @@ class Queue(models.Model):
     )
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL,
+        through="Membership",
         blank=True,
         related_name="queues",
-        help_text="Who may see and review this queue (superusers see every queue).",
+        help_text="Who may see this queue, each with a role in it (superusers see every queue).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -155,6 +182,28 @@ class Queue(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Membership(models.Model):
+    """A user's place in one queue, and their role there: a role never reaches another queue.
+    (Admins, the install's superusers and its `admin` group, are above queues.)"""
+
+    class Role(models.TextChoices):
+        VIEWER = "viewer", "Viewer (sees the queue, cannot decide)"
+        REVIEWER = "reviewer", "Reviewer (creates items, decides)"
+        CURATOR = "curator", "Curator (also curates memory, routing, import and export)"
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.REVIEWER)
+
+    class Meta:
+        # The table Django made for the plain many-to-many before roles were per queue.
+        db_table = "queues_queue_members"
+        unique_together = [("queue", "user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.queue}: {self.role}"
 
 
 class Item(models.Model):

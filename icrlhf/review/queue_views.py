@@ -72,7 +72,7 @@ def _queue_page(
         "queue": queue,
         "form": form,
         "can_review": can_review(request.user, queue),
-        "can_curate": can_curate(request.user),
+        "can_curate": can_curate(request.user, queue),
         "captured_waiting": captured_waiting(queue=queue),
     }
     if queue.kind == Queue.Kind.TRIAGE:

@@ -88,12 +88,15 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     mine = next((d for d in decisions if d.reviewer_id == request.user.pk), None)
     claims = list(selectors.claims_active(item=item))
     my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
-    # Opening an item with something to pick claims it (a poll before that writes nothing).
+    # A reviewer who opens an item with something to pick claims it, but never by this GET
+    # (a link from another site must not claim work): the page posts the claim as it loads.
     open_to_pick = Item.objects.filter(pk=item.pk).filter(review_claims.reviewable()).exists()
-    wants_claim = reviewer and open_to_pick and not (mine or my_claim)
-    if wants_claim and review_claims.claim_take(item_id=item.pk, reviewer=request.user):
-        claims = list(selectors.claims_active(item=item))
-        my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
+    claim_on_load = (
+        reviewer
+        and open_to_pick
+        and not (mine or my_claim)
+        and review_claims.free_slots(item, request.user, timezone.now()) > 0
+    )
     automation = selectors.automation_latest(item=item)
     blind = bool(
         automation
@@ -160,13 +163,15 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         and automation.undone_at is None,
         "my_decision": mine,
         "my_claim": my_claim,
+        "claim_on_load": claim_on_load,
         "other_claims": [c for c in claims if c.reviewer_id != request.user.pk],
         # Controls appear with the first finished candidate; the others join as they
         # arrive, and polling keeps (hx-preserve) what the reviewer has picked or typed.
+        # (Taken as the page loads when not yet held: deciding still checks the hold.)
         "can_decide": reviewer
-        and open_to_pick
         and mine is None
-        and my_claim is not None
+        and open_to_pick
+        and (my_claim is not None or claim_on_load)
         and generation is not None,
         # Regenerating or retrying follows the claim: not while someone else holds the item.
         "can_regenerate": reviewer
@@ -209,7 +214,10 @@ def _undo_offer(request: HtmxHttpRequest) -> dict[str, Any]:
 
 
 @require_POST
+@require_POST
 def claim_renew(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    """Takes or renews the reviewer's hold on an item (the item page posts it as it loads,
+    then every third of the hold's time)."""
     item = _item_for(request, item_id)
     review_check(request.user, item.queue)
     expires_at = review_claims.claim_take(item_id=item.pk, reviewer=request.user)

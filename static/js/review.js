@@ -323,7 +323,11 @@
     input.addEventListener("input", filter);
     // Focus selects what is there, so that typing replaces the picked candidate's category.
     input.addEventListener("focus", function () { if (input.value) input.select(); else filter(); });
-    input.addEventListener("blur", function () { setTimeout(function () { open(false); }, 150); });
+    // Closing waits a moment so that a click on an option lands first; a quick return to the box
+    // (a shortcut, then typing again) keeps the list that the typing opened.
+    input.addEventListener("blur", function () {
+      setTimeout(function () { if (document.activeElement !== input) open(false); }, 150);
+    });
     input.addEventListener("keydown", function (event) {
       const shown = visible();
       const at = shown.indexOf(active);

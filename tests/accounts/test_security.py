@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from django.apps import apps
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import Group, Permission
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
@@ -174,14 +174,13 @@ def test_the_admin_per_object_pages_open_only_for_the_queues_a_user_belongs_to(
     per-queue model, read and written, by staff who belong to another queue: none opens,
     none changes anything. Only an admin (superuser) opens them all."""
     objects = admin_objects(world)
-    staff = UserFactory(
-        roles={"reviewer": ["reviewer"], "admin": []}.get(role, ["curator"]),
-        is_staff=role != "reviewer",
-        is_superuser=role == "admin",
-    )
+    staff = UserFactory(is_staff=role != "reviewer", is_superuser=role == "admin")
     if role == "staff with every permission":
         staff.user_permissions.add(*Permission.objects.all())
-    QueueFactory().members.add(staff)  # a member of another queue only
+    # A member of another queue only, as a curator there unless a plain reviewer.
+    QueueFactory().members.add(
+        staff, through_defaults={"role": "reviewer" if role == "reviewer" else "curator"}
+    )
     client = Client()
     client.force_login(staff)
     per_object = sorted(r for r in set(routes()) if "<path:object_id>" in r and r.count("/") > 3)
@@ -223,6 +222,42 @@ def _snapshot(model: str, pk: str) -> object:
 
 def test_curator_pages_refuse_a_plain_reviewer(logged_in: Client) -> None:
     assert logged_in.get("/export/").status_code == 403
+
+
+def test_no_staff_member_but_a_superuser_manages_users_or_groups(queue: Any) -> None:
+    """Staff with every permission (auth.change_user included) can neither tick superuser
+    on themselves, nor join the admin group, nor open the user or group admin at all."""
+    staff = UserFactory(is_staff=True)
+    staff.user_permissions.add(*Permission.objects.all())
+    queue.members.add(staff, through_defaults={"role": "curator"})
+    client = Client()
+    client.force_login(staff)
+    admin_group = Group.objects.get_or_create(name="admin")[0]
+    auth_routes = sorted(r for r in set(routes()) if r.startswith("admin/auth/"))
+    assert auth_routes  # the user and group admins are in the URL map
+    for route in auth_routes:
+        url = concrete(route, {"object_id": str(staff.pk), "id": str(staff.pk)})
+        assert client.get(url).status_code in {302, 403, 404}, url
+    changed = client.post(
+        f"/admin/auth/user/{staff.pk}/change/",
+        {
+            "username": staff.username,
+            "is_active": "on",
+            "is_staff": "on",
+            "is_superuser": "on",
+            "groups": [str(admin_group.pk)],
+            "date_joined_0": "2026-01-01",
+            "date_joined_1": "00:00:00",
+        },
+    )
+    assert changed.status_code in {302, 403, 404}
+    staff.refresh_from_db()
+    assert not staff.is_superuser and not staff.groups.exists()
+    assert "auth/user" not in client.get("/admin/").content.decode()
+
+    superuser = Client()
+    superuser.force_login(UserFactory(is_staff=True, is_superuser=True))
+    assert superuser.get(f"/admin/auth/user/{staff.pk}/change/").status_code == 200
 
 
 def test_every_form_that_posts_carries_a_csrf_token() -> None:
@@ -351,19 +386,23 @@ def test_a_refused_undo_never_redirects_to_another_site(
     assert response.status_code == 302 and response["Location"] == "/"
 
 
-def test_with_the_cache_down_logins_and_api_calls_still_work(
+def test_with_the_cache_down_logins_wait_and_api_calls_still_work(
     settings: Any, user: Any, api_token: str
 ) -> None:
+    """The login limiter fails closed (no unlimited guessing while the cache is away); the
+    API's limits fail open (a token already proves who calls)."""
     settings.CACHES = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": "redis://127.0.0.1:9/0",  # nothing listens there
         }
     }
-    login = Client().post(
+    client = Client()
+    login = client.post(
         "/accounts/login/", {"username": user.username, "password": "pass-for-tests"}
     )
-    assert login.status_code == 302
+    assert login.status_code == 503 and "unavailable for a moment" in login.content.decode()
+    assert "_auth_user_id" not in client.session
     api = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}").get("/api/v1/tickets/999999")
     assert api.status_code == 404
 
@@ -394,10 +433,48 @@ def test_the_login_limit_counts_every_spelling_django_reads_as_the_same_name(
 ) -> None:
     settings.LOGIN_ATTEMPTS_PER_MINUTE = 3
     UserFactory(username="sec_user")
-    for number in range(3):
-        guesser = Client(REMOTE_ADDR=f"10.0.1.{number}")  # a new address each time
-        guesser.post("/accounts/login/", {"username": "sec_user", "password": "guess"})
-    client = Client(REMOTE_ADDR="10.0.2.1")
-    response = client.post("/accounts/login/", {"username": spelling, "password": "pass-for-tests"})
+    guesser = Client(REMOTE_ADDR="10.0.1.1")
+    for guess in ("sec_user", "SEC_USER", " sec_user"):
+        guesser.post("/accounts/login/", {"username": guess, "password": "guess"})
+    response = guesser.post(
+        "/accounts/login/", {"username": spelling, "password": "pass-for-tests"}
+    )
     assert response.status_code == 429
-    assert "_auth_user_id" not in client.session
+    assert "_auth_user_id" not in guesser.session
+
+
+def test_guessing_a_name_from_one_address_does_not_lock_it_out_elsewhere(settings: Any) -> None:
+    settings.LOGIN_ATTEMPTS_PER_MINUTE = 3
+    victim = UserFactory(username="victim")
+    attacker = Client(REMOTE_ADDR="203.0.113.9")
+    for _ in range(5):
+        attacker.post("/accounts/login/", {"username": "victim", "password": "guess"})
+    assert (
+        attacker.post(
+            "/accounts/login/", {"username": "victim", "password": "pass-for-tests"}
+        ).status_code
+        == 429
+    )
+    at_home = Client(REMOTE_ADDR="198.51.100.7")
+    response = at_home.post(
+        "/accounts/login/", {"username": "victim", "password": "pass-for-tests"}
+    )
+    assert response.status_code == 302 and int(at_home.session["_auth_user_id"]) == victim.pk
+
+
+def test_behind_trusted_proxies_the_client_address_is_the_one_they_saw(settings: Any) -> None:
+    """X-Forwarded-For is read from the right, as many entries as the install has proxies:
+    what the client wrote into the header itself never counts as its address."""
+    from django.test import RequestFactory
+
+    from icrlhf.accounts.ratelimit import client_ip
+
+    request = RequestFactory().get(
+        "/", REMOTE_ADDR="10.0.0.5", HTTP_X_FORWARDED_FOR="1.2.3.4, 198.51.100.7"
+    )
+    settings.TRUSTED_PROXY_COUNT = 0
+    assert client_ip(request) == "10.0.0.5"
+    settings.TRUSTED_PROXY_COUNT = 1
+    assert client_ip(request) == "198.51.100.7"  # not the forged 1.2.3.4
+    settings.TRUSTED_PROXY_COUNT = 2
+    assert client_ip(request) == "1.2.3.4"

@@ -17,7 +17,7 @@ from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example, Retrieval
 from icrlhf.review.decisions import decision_record, decision_undo
 from icrlhf.review.models import Decision
-from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
+from tests.factories import ItemFactory, QueueFactory, UserFactory, member_add, ready_generation
 
 pytestmark = pytest.mark.django_db
 
@@ -253,8 +253,8 @@ def test_curators_download_and_reviewers_cannot(
     decisions: Any, queue: Any, logged_in: Client
 ) -> None:
     assert logged_in.post("/export/", {"format": "trl"}).status_code == 403
-    curator = UserFactory(roles=["curator"])
-    queue.members.add(curator)
+    curator = UserFactory()
+    member_add(queue, curator, "curator")
     client = Client()
     client.force_login(curator)
     assert client.get("/export/").status_code == 200
@@ -268,7 +268,15 @@ def test_curators_download_and_reviewers_cannot(
 
 
 def test_the_api_exports_its_queue_with_a_token(decisions: Any, queue: Any, client: Client) -> None:
-    _record, token = token_create(queue=queue, name="trainer")
+    """Only to a token given the export scope: a default token (items, gateway, feedback)
+    is refused the whole queue's decisions."""
+    _record, helpdesk = token_create(queue=queue, name="helpdesk")
+    refused = client.get(
+        "/api/v1/exports/preferences?format=kto", HTTP_AUTHORIZATION=f"Bearer {helpdesk}"
+    )
+    assert refused.status_code == 403 and "export" in refused.json()["detail"]
+    _record, token = token_create(queue=queue, name="trainer", scopes=["export"])
+    assert client.get("/api/v1/items/1", HTTP_AUTHORIZATION=f"Bearer {token}").status_code == 403
     decided(QueueFactory(), UserFactory(), "chosen", ["x1", "x2"])  # another queue's
     response = client.get(
         "/api/v1/exports/preferences?format=kto", HTTP_AUTHORIZATION=f"Bearer {token}"
@@ -291,8 +299,9 @@ def test_all_queues_means_the_queues_the_exporter_may_export(
     stranger = UserFactory()
     other_queue.members.add(stranger)
     foreign = decided(other_queue, stranger, "chosen", ["secret answer", "other"])
-    exporter = UserFactory(roles=[role])
-    queue.members.add(exporter)
+    exporter = UserFactory(groups=["admin"] if role == "admin" else [])
+    if role != "admin":
+        member_add(queue, exporter, role)
     client = Client()
     client.force_login(exporter)
     if role == "reviewer":  # reviewers export nothing, of any queue
@@ -343,8 +352,8 @@ def test_the_size_counts_the_lines_each_format_writes(
 def test_the_page_counts_what_the_filters_export_as_they_change(
     decisions: dict[str, Decision], queue: Any
 ) -> None:
-    curator = UserFactory(roles=["curator"])
-    queue.members.add(curator)
+    curator = UserFactory()
+    member_add(queue, curator, "curator")
     decided(QueueFactory(), UserFactory(), "chosen", ["not", "theirs"])  # another queue's
     client = Client()
     client.force_login(curator)

@@ -263,3 +263,30 @@ def test_held_out_calls_get_no_memory_and_look_like_calls_memory_could_not_help(
     queue.save()
     served = ask(client)
     assert served["X-Icrlhf-Source"] == "memory" and not call_of(served).holdout
+
+
+def test_a_captured_calls_personal_data_is_redacted_before_it_is_stored(
+    llm_answer: LLMAnswer, settings: Any
+) -> None:
+    """REDACTION=captured (the default): the caller gets the model's answer whole; the call
+    log and the review item (and so memory) keep placeholders. A call not captured is kept as
+    sent, unless REDACTION=all."""
+    assert settings.REDACTION == "captured"
+    client, queue = app_for(capture_percent=100)
+    llm_answer("We wrote to jane.doe@example.com about card 4111 1111 1111 1111.")
+    text = "I'm jane.doe@example.com, IBAN DE89 3704 0044 0532 0130 00, call +44 20 7946 0958"
+    response = ask(client, text)
+    assert "jane.doe@example.com" in response.json()["choices"][0]["message"]["content"]
+    call = call_of(response)
+    assert call.request_text == "I'm [email], IBAN [IBAN], call [phone]"
+    assert call.answer_text == "We wrote to [email] about card [card number]."
+    item = wait_for(lambda: Call.objects.get(pk=call.pk).item, what="the capture")
+    assert item.input_text == "I'm [email], IBAN [IBAN], call [phone]"
+    served = item.generations.get().candidates.get(served=True)
+    assert served.text == "We wrote to [email] about card [card number]."
+
+    queue.capture_percent = 0
+    queue.save()
+    assert call_of(ask(client, text)).request_text == text  # not captured: as sent
+    settings.REDACTION = "all"
+    assert "[email]" in call_of(ask(client, text)).request_text

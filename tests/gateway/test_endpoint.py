@@ -12,6 +12,7 @@ import pytest
 from django.test import Client
 
 from icrlhf.gateway.models import Call
+from icrlhf.generation.prompts import PromptExample, examples_sent
 from icrlhf.generation.services import item_create
 from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example
@@ -80,7 +81,12 @@ def test_plain_and_streamed_answers_through_the_openai_client(
     assert raw.headers["X-Icrlhf-Source"] == "model"
     assert raw.headers["X-Icrlhf-Memory"] == "empty"  # nothing decided in this queue yet
     sent = fixed_llm.last_request
-    assert sent["messages"][0]["content"].startswith("You are the support desk of Acme Bank.")
+    # The queue's system prompt first, the caller's system message after it.
+    system = sent["messages"][0]["content"]
+    assert system.startswith(queue.system_prompt)
+    assert system.endswith(
+        "The application's instructions:\nYou are the support desk of Acme Bank."
+    )
     assert sent["messages"][-1] == {"role": "user", "content": CARD}
     assert sent["temperature"] == 0.1 and sent["max_tokens"] == 50
 
@@ -119,13 +125,10 @@ def test_a_workbench_decision_shapes_the_next_similar_gateway_call(
     assert raw.headers["X-Icrlhf-Memory"] == "used"
     example_id, score = raw.headers["X-Icrlhf-Examples"].split(":")
     assert example_id == str(preferred.pk) and float(score) > 0.5
-    # The preferred answer went upstream as an earlier turn, before the caller's request.
+    # The preferred answer went upstream quoted as reference material, not as a turn.
     messages = fixed_llm.last_request["messages"]
-    assert messages[-3:] == [
-        {"role": "user", "content": CARD},
-        {"role": "assistant", "content": preferred.output_text},
-        {"role": "user", "content": CARD_AGAIN},
-    ]
+    assert messages[1:] == [{"role": "user", "content": CARD_AGAIN}]
+    assert examples_sent(messages) == [PromptExample(CARD, preferred.output_text)]
     assert "answer reviewers preferred" in messages[0]["content"]
     rejected = decision.examples.get(role=Example.Role.REJECTED)
     assert rejected.output_text not in str(messages)

@@ -60,3 +60,23 @@ def test_recall_through_the_stores_owner_says_what_fell_below_the_minimum() -> N
     assert recall.examples == [] and recall.neighbours == []
     assert [r.example.pk for r in recall.below_minimum] == [example.pk]
     assert recall.minimum == 0.5
+
+
+def test_where_the_queue_asks_only_an_approved_example_answers_from_memory(user: Any) -> None:
+    """Answers served with no one reviewing them: a curator approves each example first.
+    Unapproved, it still reaches the prompt; an edit withdraws the approval."""
+    from icrlhf.memory import curation
+
+    queue, example = queue_remembering_a_test_edit(
+        min_similarity=0.2, memory_answers_need_approval=True
+    )
+    plan = plan_for(queue, CARD_AGAIN)
+    assert plan.memory_answer is None and plan.source == Call.Source.MODEL
+    assert TEST_EDIT in json.dumps(plan.messages)  # still an example in the prompt
+
+    assert curation.examples_approve(ids=[example.pk], approved=True, actor=user) == 1
+    assert plan_for(queue, CARD_AGAIN).memory_answer == TEST_EDIT
+
+    curation.example_output_edit(example_id=example.pk, output_text="Edited.", actor=user)
+    example.refresh_from_db()
+    assert example.approved_for_answers_at is None

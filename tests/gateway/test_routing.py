@@ -31,8 +31,8 @@ def client_of(user: Any) -> Client:
 
 @pytest.mark.django_db
 def test_a_curator_changes_the_rules_and_each_change_is_audited() -> None:
-    curator = UserFactory(roles=["curator"])
-    queue = QueueFactory(members=[curator], memory_answer_threshold=0.9)
+    curator = UserFactory()
+    queue = QueueFactory(curators=[curator], memory_answer_threshold=0.9)
     page = client_of(curator)
     response = page.post(f"/q/{queue.slug}/routing/", RULES)
     assert response.status_code == 302
@@ -56,8 +56,8 @@ def test_a_curator_changes_the_rules_and_each_change_is_audited() -> None:
 
 @pytest.mark.django_db
 def test_out_of_range_rules_are_refused_and_nothing_changes() -> None:
-    curator = UserFactory(roles=["curator"])
-    queue = QueueFactory(members=[curator])
+    curator = UserFactory()
+    queue = QueueFactory(curators=[curator])
     response = client_of(curator).post(
         f"/q/{queue.slug}/routing/", {**RULES, "capture_percent": "150"}
     )
@@ -68,8 +68,26 @@ def test_out_of_range_rules_are_refused_and_nothing_changes() -> None:
 
 
 @pytest.mark.django_db
+def test_a_curator_of_one_queue_is_only_a_reviewer_in_another() -> None:
+    """Roles are per queue: curating one queue grants nothing in the next one, where the
+    same person reviews (the routing page, the import and the export all refuse)."""
+    person = UserFactory()
+    QueueFactory(curators=[person])
+    reviewed = QueueFactory(members=[person], auto_apply_threshold=None)
+    page = client_of(person)
+    response = page.post(f"/q/{reviewed.slug}/routing/", {**RULES, "auto_apply_threshold": "0.5"})
+    assert response.status_code == 403
+    reviewed.refresh_from_db()
+    assert reviewed.auto_apply_threshold is None and not RoutingChange.objects.exists()
+    assert page.get(f"/q/{reviewed.slug}/import/").status_code == 403
+    export = page.get("/export/").content.decode()
+    assert reviewed.slug not in export and reviewed.name not in export
+
+
+@pytest.mark.django_db
 def test_reviewers_see_the_rules_outsiders_nothing_admins_change_them() -> None:
-    reviewer, outsider = UserFactory(), UserFactory(roles=["curator"])
+    reviewer, outsider = UserFactory(), UserFactory()
+    QueueFactory(curators=[outsider])  # a curator elsewhere is an outsider here
     queue = QueueFactory(members=[reviewer], capture_percent=5)
     ItemFactory(queue=queue, source=Item.Source.GATEWAY, status=Item.Status.READY)
     ItemFactory(queue=queue, source=Item.Source.GATEWAY, status=Item.Status.DECIDED)
@@ -86,7 +104,7 @@ def test_reviewers_see_the_rules_outsiders_nothing_admins_change_them() -> None:
     queue.refresh_from_db()
     assert queue.capture_percent == 5
 
-    admin = UserFactory(roles=["admin"])  # every queue, member or not
+    admin = UserFactory(groups=["admin"])  # every queue, member or not
     assert client_of(admin).post(f"/q/{queue.slug}/routing/", RULES).status_code == 302
     queue.refresh_from_db()
     assert queue.capture_percent == 25
@@ -170,8 +188,8 @@ def test_regenerating_a_captured_item_keeps_its_served_answer() -> None:
 
 @pytest.mark.django_db
 def test_the_curator_picks_the_automation_threshold_from_the_queues_own_curve() -> None:
-    curator = UserFactory(roles=["curator"])
-    queue = QueueFactory(members=[curator])
+    curator = UserFactory()
+    queue = QueueFactory(curators=[curator])
     page = client_of(curator)
     assert "No confidence yet" in page.get(f"/q/{queue.slug}/routing/").content.decode()
     Calibration.objects.create(

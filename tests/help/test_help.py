@@ -91,8 +91,8 @@ def help_links(html: str) -> list[str]:
 
 def test_what_said_see_the_readme_links_to_its_section(queue: Any) -> None:
     curator = Client()
-    curator.force_login(UserFactory(roles=["curator"]))
-    queue.members.add(curator.session["_auth_user_id"])
+    curator.force_login(UserFactory())
+    queue.members.add(curator.session["_auth_user_id"], through_defaults={"role": "curator"})
     pages = {
         "export": curator.get("/export/").content.decode(),
         "dashboard": curator.get(f"/q/{queue.slug}/dashboard/").content.decode(),

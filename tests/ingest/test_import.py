@@ -55,13 +55,19 @@ def test_jsonl_with_broken_lines(triage_queue: Any) -> None:
         b"\n"
         b'["a", "list"]\n'
         b'{"subject": "two", "body": "second", "priority": "urgent"}\n'
+        + b'{"subject": '
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}\n"
     )
     report = tickets_import(queue=triage_queue, data=data, filename="t.jsonl")
     assert report.created == 2
     assert [(p.row, p.message.split(" (")[0]) for p in report.problems] == [
         (2, "not valid JSON"),
         (4, "not a JSON object"),
+        (6, "not valid JSON"),
     ]
+    assert "nested too deeply" in report.problems[-1].message
 
 
 @pytest.mark.parametrize(
@@ -85,8 +91,8 @@ def test_an_unreadable_file_imports_nothing(
 def test_the_upload_page_is_for_curators(triage_queue: Any, logged_in: Client) -> None:
     upload = SimpleUploadedFile("t.csv", GOOD_CSV.encode(), content_type="text/csv")
     assert logged_in.post(f"/q/{triage_queue.slug}/import/", {"file": upload}).status_code == 403
-    curator = UserFactory(roles=["curator"])
-    triage_queue.members.add(curator)
+    curator = UserFactory()
+    triage_queue.members.add(curator, through_defaults={"role": "curator"})
     client = Client()
     client.force_login(curator)
     upload = SimpleUploadedFile("t.csv", GOOD_CSV.encode(), content_type="text/csv")

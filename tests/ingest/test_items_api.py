@@ -207,7 +207,8 @@ def test_a_general_queues_decision_and_its_undo_are_posted_signed(
     receiver.server.shutdown()
 
     (decided_headers, decided_body), (undone_headers, undone_body) = receiver.requests
-    expected = "sha256=" + hmac.new(b"s3cret", decided_body, hashlib.sha256).hexdigest()
+    signed = decided_headers["X-Icrlhf-Timestamp"].encode() + b"." + decided_body
+    expected = "sha256=" + hmac.new(b"s3cret", signed, hashlib.sha256).hexdigest()
     assert decided_headers["X-Icrlhf-Signature"] == expected
     assert [decided_headers["X-Icrlhf-Event"], undone_headers["X-Icrlhf-Event"]] == [
         "item.decided",

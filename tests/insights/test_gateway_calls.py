@@ -54,17 +54,25 @@ def test_the_log_lists_the_queues_calls_escaped(queue: Any, logged_in: Client) -
     assert 'class="badge memory">memory' in page
 
 
-@pytest.mark.parametrize("roles", [["reviewer"], ["curator"]])
-def test_every_member_sees_the_log_and_no_one_else(queue: Any, roles: list[str]) -> None:
+@pytest.mark.parametrize("role", ["reviewer", "curator"])
+def test_reviewers_and_curators_see_the_log_and_no_one_else(queue: Any, role: str) -> None:
+    """The log holds what end users wrote: a viewer of the queue, or anyone of another
+    queue (whatever their role there), does not see it."""
     served(queue)
     member = Client()
-    member.force_login(UserFactory(roles=roles))
-    queue.members.add(member.session["_auth_user_id"])
+    member.force_login(UserFactory())
+    queue.members.add(member.session["_auth_user_id"], through_defaults={"role": role})
     assert "Where is my card?" in member.get(f"/q/{queue.slug}/calls/").content.decode()
 
+    viewer = Client()
+    viewer.force_login(UserFactory())
+    queue.members.add(viewer.session["_auth_user_id"], through_defaults={"role": "viewer"})
+    assert viewer.get(f"/q/{queue.slug}/calls/").status_code == 403
+    assert "Gateway calls" not in viewer.get(f"/q/{queue.slug}/").content.decode()
+
     outsider = Client()
-    outsider.force_login(UserFactory(roles=roles))
-    QueueFactory(members=[outsider.session["_auth_user_id"]])
+    outsider.force_login(UserFactory())
+    QueueFactory().members.add(outsider.session["_auth_user_id"], through_defaults={"role": role})
     assert outsider.get(f"/q/{queue.slug}/calls/").status_code == 404
     assert outsider.get(f"/q/{queue.slug}/dashboard/").status_code == 404
     assert Client().get(f"/q/{queue.slug}/calls/").status_code == 302
@@ -77,3 +85,43 @@ def test_the_log_pages_fifty_at_a_time(queue: Any, logged_in: Client) -> None:
     assert "request 50" in first and "request 00" not in first and "Older →" in first
     second = logged_in.get(f"/q/{queue.slug}/calls/?page=2").content.decode()
     assert "request 00" in second
+
+
+def test_what_end_users_wrote_leaves_the_log_after_the_retention_period(
+    queue: Any, logged_in: Client, settings: Any
+) -> None:
+    """CALL_RETENTION_DAYS: older calls lose request, context and answer; their figures
+    stay for the dashboard. 0 keeps everything."""
+    from icrlhf.gateway import retention
+
+    settings.CALL_RETENTION_DAYS = 30
+    now = timezone.now()
+    old = served(
+        queue,
+        created_at=now - timedelta(days=31),
+        request_text="My IBAN is DE89 3704 0044 0532 0130 00",
+        context=[{"role": "system", "content": "Customer: Jane Doe"}],
+        total_ms=700,
+    )
+    recent = served(queue, created_at=now - timedelta(days=29))
+    assert retention.calls_purge(now=now) == 1
+    old.refresh_from_db()
+    recent.refresh_from_db()
+    assert (old.request_text, old.context, old.answer_text) == ("", [], "")
+    assert old.total_ms == 700 and old.source == "model"  # the figures stay
+    assert recent.request_text == "Where is my card?"
+    assert retention.calls_purge(now=now) == 0  # nothing left to purge
+    page = logged_in.get(f"/q/{queue.slug}/calls/").content.decode()
+    assert "DE89" not in page and "removed after the retention period" in page
+
+    settings.CALL_RETENTION_DAYS = 0
+    assert retention.calls_purge(now=now + timedelta(days=400)) == 0
+
+
+def test_the_upstreams_own_words_in_the_log_are_for_admins(queue: Any, logged_in: Client) -> None:
+    served(queue, status_code=400, error="The model rejected the request: mail evil.example")
+    page = logged_in.get(f"/q/{queue.slug}/calls/").content.decode()
+    assert "The model rejected the request" in page and "evil.example" not in page
+    admin = Client()
+    admin.force_login(UserFactory(is_superuser=True))
+    assert "evil.example" in admin.get(f"/q/{queue.slug}/calls/").content.decode()

@@ -633,8 +633,8 @@ def test_orientation_progress_remembered_guidelines_reason_keys_and_the_edit_dif
 
 
 def test_the_curators_examples_list_and_page_agree(live_server: Any, browser: Browser) -> None:
-    admin = UserFactory(is_staff=True, is_superuser=True, roles=["curator"])
-    queue = QueueFactory(members=[admin])
+    admin = UserFactory(is_staff=True, is_superuser=True)
+    queue = QueueFactory(curators=[admin])
     (item,) = ready_items(queue, 1, ["A long answer " * 20, "Second answer."])
     decision = decision_record(
         item_id=item.pk,

@@ -7,6 +7,7 @@ import pytest
 from django.test import Client
 
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.prompts import examples_sent
 from icrlhf.generation.services import item_create
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
@@ -70,8 +71,7 @@ def test_a_decision_is_retrieved_into_the_next_similar_generation(
     assert [r.example.output_text for r in retrieved] == [chosen.text]
     assert retrieved[0].score > 0.5
 
-    assistant_turns = [m["content"] for m in generation_b.messages if m["role"] == "assistant"]
-    assert assistant_turns == [chosen.text]
+    assert [e.output_text for e in examples_sent(generation_b.messages)] == [chosen.text]
     sent = "\n".join(m["content"] for m in generation_b.messages)
     for candidate in rejected:
         assert candidate.text not in sent

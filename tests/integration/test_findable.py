@@ -17,8 +17,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 def test_the_export_page_counts_live_as_the_filters_change(
     live_server: Any, browser: Browser
 ) -> None:
-    curator = UserFactory(roles=["curator"])
-    queue = QueueFactory(members=[curator])
+    curator = UserFactory()
+    queue = QueueFactory(curators=[curator])
     for verdict in ["chosen", "chosen", "none_acceptable"]:
         item = ItemFactory(queue=queue)
         generation = ready_generation(item, ["One answer.", "Another.", "A third."])

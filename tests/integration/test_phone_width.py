@@ -198,9 +198,7 @@ def _triage_queue(admin_user: Any) -> tuple[Queue, dict[str, list[Any]]]:
 def world() -> World:
     """An admin (and curator) who is a member of a general and a triage queue, both with
     items waiting and decided, examples, gateway calls and a token."""
-    admin_user = UserFactory(
-        username="ana.admin", is_staff=True, is_superuser=True, roles=["curator"]
-    )
+    admin_user = UserFactory(username="ana.admin", is_staff=True, is_superuser=True)
     general, general_values = _general_queue(admin_user)
     triage, triage_values = _triage_queue(admin_user)
     values: dict[str, list[Any]] = {

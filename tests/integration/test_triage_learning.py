@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from icrlhf.generation.prompts import examples_sent
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.decisions import decision_record
@@ -63,7 +64,7 @@ def test_confirmed_triages_teach_the_next_ticket(worker_process: WorkerProcess) 
     retrieved = list(generation.retrievals.select_related("example__decision__item"))
     assert len(retrieved) == 3
     assert {r.example.decision.item.subject for r in retrieved} == {s for s, _ in CARD_TICKETS}
-    shown = [json.loads(m["content"]) for m in generation.messages if m["role"] == "assistant"]
+    shown = [json.loads(e.output_text) for e in examples_sent(generation.messages)]
     assert [turn["category"] for turn in shown] == ["card_arrival"] * 3
     system = generation.messages[0]["content"]
     assert "Choose exactly one category from this list: card_arrival, exchange_rate" in system

@@ -14,8 +14,8 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def curator(queue: Any) -> Client:
     client = Client()
-    user = UserFactory(roles=["curator"], is_staff=True)
-    queue.members.add(user)
+    user = UserFactory(is_staff=True)
+    queue.members.add(user, through_defaults={"role": "curator"})
     client.force_login(user)
     return client
 

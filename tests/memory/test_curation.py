@@ -46,7 +46,7 @@ def retrieve(queue: Any, query: str) -> list[str]:
 
 def store_status(queue: Any, example: Example) -> list[str]:
     hits = vectors.search(
-        collection=index.collection_of(queue.slug),
+        collection=index.collection_of(queue.pk),
         vector=vectors_of(example),
         limit=50,
         match={"status": ["active", "pinned", "retired"]},
@@ -111,7 +111,7 @@ def test_reweighting_changes_the_ranking(queue: Any, user: Any) -> None:
 
 def test_a_deleted_example_leaves_the_store(queue: Any, user: Any) -> None:
     example = remember(queue, user, "My card has not arrived.", "It ships in 3 days.", "no")
-    collection = index.collection_of(queue.slug)
+    collection = index.collection_of(queue.pk)
     assert example.pk in vectors.point_ids(collection=collection)
     curation.examples_delete(ids=[example.pk], actor=user)
     assert example.pk not in vectors.point_ids(collection=collection)
@@ -186,7 +186,7 @@ def test_memory_check_catches_drift_and_reindex_repairs_it_with_the_same_ids(
 ) -> None:
     kept = remember(queue, user, "My card has not arrived.", "ships soon", "no idea")
     lost = remember(queue, user, "How do I reset my PIN?", "in the app", "call us")
-    collection = index.collection_of(queue.slug)
+    collection = index.collection_of(queue.pk)
     ids_before = vectors.point_ids(collection=collection)
     assert integrity.memory_check()["drift"] is False
 
@@ -212,8 +212,8 @@ def test_memory_check_catches_drift_and_reindex_repairs_it_with_the_same_ids(
 
 def test_curators_curate_in_the_admin_and_reviewers_cannot(queue: Any, user: Any) -> None:
     example = remember(queue, user, "My card has not arrived.", "It ships in 3 days.")
-    curator = UserFactory(roles=["curator"], is_staff=True)
-    queue.members.add(curator)
+    curator = UserFactory(is_staff=True)
+    queue.members.add(curator, through_defaults={"role": "curator"})
     client = Client()
     client.force_login(curator)
     response = client.post(
@@ -243,12 +243,9 @@ def test_the_admin_shows_and_changes_only_the_queues_a_curator_belongs_to(
     other_queue.members.add(user)
     theirs = remember(other_queue, user, "Salary question?", "Confidential answer.")
     curation.examples_status_set(ids=[theirs.pk, mine.pk], status="pinned", actor=user)
-    staff = UserFactory(
-        roles=["curator"] if role == "curator" else [],
-        is_staff=True,
-        is_superuser=role == "superuser",
-    )
-    queue.members.add(staff)
+    staff = UserFactory(is_staff=True, is_superuser=role == "superuser")
+    queue.members.add(staff, through_defaults={"role": "curator"})
+    other_queue.members.add(staff)  # a reviewer there: its examples are not theirs to curate
     client = Client()
     client.force_login(staff)
 

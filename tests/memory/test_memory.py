@@ -11,7 +11,7 @@ from icrlhf.memory import index
 from icrlhf.memory.models import Example
 from icrlhf.memory.selectors import examples_recall
 from icrlhf.review.decisions import decision_record
-from tests.factories import ItemFactory, ready_generation
+from tests.factories import ItemFactory, QueueFactory, ready_generation
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +44,7 @@ def test_indexing_stores_every_example_under_its_own_id(
     examples = remember(queue, user, "Where is my card?", "It ships in 3 days.", "No idea.")
     assert {e.index_state for e in Example.objects.all()} == {"indexed"}
     assert all(e.embedding_model.startswith("all-MiniLM-L6-v2") for e in Example.objects.all())
-    assert vectors.count(collection=index.collection_of(queue.slug)) == len(examples) == 2
+    assert vectors.count(collection=index.collection_of(queue.pk)) == len(examples) == 2
     # Indexing again is a no-op for indexed rows and idempotent for the store.
     assert index.examples_index(example_ids=[e.pk for e in examples]) == 0
 
@@ -139,4 +139,68 @@ def test_a_neighbourhood_crowded_with_rejected_answers_still_yields_the_preferre
         lambda **kwargs: searches.append(kwargs["match"]) or real_search(**kwargs),
     )
     assert retrieve(queue, "My card has not arrived.", k=1) == ["It ships in 3 days."]
-    assert searches == [{}, {"role": ["preferred"], "status": ["active"]}]
+    assert searches == [{}, {"queue_id": [queue.pk], "role": ["preferred"], "status": ["active"]}]
+
+
+CARD = "My card has not arrived yet."
+CARD_AGAIN = "I still haven't received my card"  # cosine 0.83 to CARD, 0.39 to PIN
+PIN = "How do I reset my PIN?"
+
+
+def test_examples_below_the_queues_minimum_are_recorded_and_never_used(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    queue.min_similarity = 0.5
+    remember(queue, user, CARD, "It ships in 3 days.")
+    remember(queue, user, PIN, "Use the app's security tab.")
+    recall = examples_recall(queue=queue, query_text=CARD_AGAIN, k=5, token_budget=10_000, pool=5)
+    assert [r.example.output_text for r in recall.examples] == ["It ships in 3 days."]
+    # Not offered as an answer either: the neighbours are what memory candidates and the
+    # gateway's answers from memory are drawn from.
+    assert [r.example.output_text for r in recall.neighbours] == ["It ships in 3 days."]
+    [below] = recall.below_minimum
+    assert below.example.output_text == "Use the app's security tab."
+    assert 0.3 < below.score < 0.5 and below.rank == 1
+    assert recall.minimum == 0.5
+
+
+def test_the_minimum_similarity_is_each_queues_own(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    lenient = QueueFactory(min_similarity=0.2)
+    strict = QueueFactory(min_similarity=0.5)
+    for each in (lenient, strict):
+        remember(each, user, PIN, "Use the app's security tab.")
+    assert retrieve(lenient, CARD_AGAIN) == ["Use the app's security tab."]
+    assert retrieve(strict, CARD_AGAIN) == []
+
+
+def test_below_the_minimum_records_only_what_would_have_taken_one_of_the_k_places(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    queue.min_similarity = 0.5
+    remember(queue, user, CARD, "It ships in 3 days.")
+    remember(queue, user, PIN, "Use the app's security tab.")
+    recall = examples_recall(queue=queue, query_text=CARD_AGAIN, k=1, token_budget=10_000)
+    # The nearer example takes the one place: the weaker one was never going to be used.
+    assert [r.example.output_text for r in recall.examples] == ["It ships in 3 days."]
+    assert recall.below_minimum == []
+
+
+def test_a_pinned_example_below_the_minimum_stays_in_the_prompt_but_never_answers(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    queue.min_similarity = 0.5
+    pinned = remember(queue, user, PIN, "Use the app's security tab.")[0]
+    Example.objects.filter(pk=pinned.pk).update(status=Example.Status.PINNED)
+    recall = examples_recall(queue=queue, query_text=CARD_AGAIN, k=5, token_budget=10_000, pool=5)
+    # A curator pinned it to be in every prompt; its answer is still not a reply to this.
+    assert [r.example.pk for r in recall.examples] == [pinned.pk]
+    assert recall.neighbours == [] and recall.below_minimum == []
+
+
+def test_a_default_queue_keeps_an_unrelated_example_out(user: Any, vector_store: Path) -> None:
+    """The issue's case: an example at similarity ~0.3 to a request about something else."""
+    queue = QueueFactory()
+    remember(queue, user, PIN, "TEST EDIT, please ignore")
+    assert retrieve(queue, CARD) == []

@@ -165,14 +165,14 @@ def test_only_reviewers_of_the_queue_undo_and_the_page_says_what_happened(
 
     url = f"/automations/{applied.pk}/undo/"
     outsider = Client()
-    outsider.force_login(UserFactory(roles=["reviewer"]))
+    outsider.force_login(UserFactory())
     assert outsider.post(url).status_code == 404
     viewer = Client()
-    viewer.force_login(UserFactory(roles=[]))
-    automating.members.add(viewer.session["_auth_user_id"])
+    viewer.force_login(UserFactory())
+    automating.members.add(viewer.session["_auth_user_id"], through_defaults={"role": "viewer"})
     assert viewer.post(url).status_code == 403
     elsewhere = Client()  # a reviewer of another queue
-    elsewhere.force_login(UserFactory(roles=["reviewer"]))
+    elsewhere.force_login(UserFactory())
     QueueFactory(members=[elsewhere.session["_auth_user_id"]])
     assert elsewhere.post(url).status_code == 404
     assert Automation.objects.get(pk=applied.pk).undone_at is None

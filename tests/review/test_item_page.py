@@ -188,3 +188,19 @@ def test_the_word_diff_groups_a_rewrite_into_one_change() -> None:
     assert str(word_diff("<b>x</b>", "<i>x</i>")) == (
         "<del>&lt;b&gt;x&lt;/b&gt;</del><ins>&lt;i&gt;x&lt;/i&gt;</ins>"
     )
+
+
+def test_a_very_long_edit_is_not_compared_word_by_word_on_every_view() -> None:
+    """A 20,000-character edit: the comparison would cost seconds on each view of the page;
+    the page says it is too long instead. Below the cap a pair is compared once."""
+    long_original = " ".join(f"word{n}" for n in range(2_000))
+    long_final = long_original.replace("word1 ", "changed ") + " <script>"
+    shown = str(word_diff(long_original, long_final))
+    assert "Too long to compare word by word" in shown and "<del>" not in shown
+    assert "script" not in shown
+    from icrlhf.review.templatetags import markup
+
+    markup._word_diff.cache_clear()
+    word_diff("a b", "a c")
+    word_diff("a b", "a c")
+    assert markup._word_diff.cache_info().hits == 1

@@ -16,7 +16,7 @@ from icrlhf.queues.models import Item
 from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
 from icrlhf.review.models import Claim, Decision
-from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
+from tests.factories import ItemFactory, QueueFactory, UserFactory, member_add, ready_generation
 
 pytestmark = pytest.mark.django_db
 
@@ -237,8 +237,8 @@ def test_a_non_member_cannot_see_a_queue_or_its_items(url: str, user: Any) -> No
 
 
 def test_a_member_without_a_reviewer_role_can_read_but_not_decide(queue: Any) -> None:
-    reader = UserFactory(roles=[])
-    queue.members.add(reader)
+    reader = UserFactory()
+    member_add(queue, reader, "viewer")
     item = ready_item(queue)
     client = Client()
     client.force_login(reader)

@@ -22,6 +22,7 @@ class FixedLatencyLLM:
         self.host = host
         self.calls = 0
         self.last_request: dict[str, Any] = {}  # what the latest call asked (its prompt)
+        self.last_authorization = ""  # the key the latest call was sent with
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer((host, port), self._handler_class())
@@ -106,6 +107,7 @@ class FixedLatencyLLM:
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 length = int(self.headers.get("Content-Length") or 0)
+                server.last_authorization = self.headers.get("Authorization", "")
                 try:
                     request = json.loads(self.rfile.read(length) or b"{}")
                 except json.JSONDecodeError:

@@ -17,6 +17,8 @@ CATEGORIES = ["card_arrival", "lost_or_stolen_card", "exchange_rate", "pin_block
         "Category: card arrival\nPriority: high\nReply: It is on its way.",
         "**Category**: card-arrival\n**Priority**: high\n**Response**: It is on its way.",
         '{"Category": "card_arival", "Priority": "high", "Reply": "It is on its way."}',
+        # Cut off at the token limit before its closing brace: still read, line by line.
+        '{\n  "category": "card_arrival",\n  "priority": "high",\n  "reply": "It is on its way.',
     ],
 )
 def test_the_models_formatting_is_tolerated(answer: str) -> None:
@@ -58,3 +60,35 @@ def test_no_answer_whatever_its_text_breaks_the_parser(answer: str) -> None:
         return
     assert fields.category in CATEGORIES
     assert fields.priority in {"low", "normal", "high", "urgent"}
+
+
+def test_the_schema_holds_the_queues_categories_and_the_priorities_as_enums(db: None) -> None:
+    from icrlhf.kinds import kind_of
+    from icrlhf.kinds.triage.fields import PRIORITIES, triage_schema
+    from tests.factories import QueueFactory
+
+    queue = QueueFactory(kind="triage", categories=CATEGORIES, max_tokens=100)
+    schema = triage_schema(queue)
+    assert schema["properties"]["category"]["enum"] == CATEGORIES  # type: ignore[index]
+    assert schema["properties"]["priority"]["enum"] == list(PRIORITIES)  # type: ignore[index]
+    assert schema["properties"]["reply"]["maxLength"] == 100  # type: ignore[index]  # fits 100 tokens
+    assert schema["required"] == ["category", "priority", "reply"]
+    asked = kind_of(queue).response_format(queue)
+    assert asked is not None and asked["type"] == "json_schema"
+    assert asked["json_schema"]["schema"] == schema
+    assert kind_of(QueueFactory()).response_format(QueueFactory()) is None  # free text
+
+
+def test_a_line_of_fifty_thousand_spaces_is_read_in_linear_time() -> None:
+    """The key-value reader's pattern has no two adjacent open-ended runs (the old one took
+    seconds on 10,000 spaces); a model's or an attacker's whitespace costs nothing."""
+    from icrlhf.kinds.triage.fields import _KEY_VALUE, _key_value_lines
+
+    assert _key_value_lines(" " * 50_000 + "x") == {}
+    assert _key_value_lines("  - **Category** : card_arrival") == {"category": "card_arrival"}
+    assert r"\s*[*#>\-]*\s*" not in _KEY_VALUE.pattern
+
+
+def test_a_deeply_nested_answer_is_an_invalid_triage_not_a_crash() -> None:
+    with pytest.raises(TriageParseError):
+        triage_parse("[" * 100_000 + "]" * 100_000, CATEGORIES)

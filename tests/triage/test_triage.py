@@ -148,7 +148,8 @@ def test_a_triaged_ticket_is_posted_signed_and_retried_on_a_5xx(
     result = review_tasks.decision_webhook.apply(args=[decision.pk])  # eager: retries inline
     assert result.successful()
     headers, body = receiver.requests[-1]
-    expected = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
+    signed = headers["X-Icrlhf-Timestamp"].encode() + b"." + body
+    expected = "sha256=" + hmac.new(b"s3cret", signed, hashlib.sha256).hexdigest()
     assert headers["X-Icrlhf-Signature"] == expected
     assert headers["X-Icrlhf-Event"] == "ticket.triaged"
     payload = json.loads(body)

@@ -66,7 +66,7 @@ def measure(retires: int) -> dict[str, float]:
         verdict="none_acceptable",
         guideline_version=1,
     )
-    collection = index.collection_of(queue.slug)
+    collection = index.collection_of(queue.pk)
     model = embeddings.model_id()
 
     def add(count: int) -> None:

@@ -95,6 +95,12 @@ class Command(WorldCommand):
             default=MINIMUM_TOLERANCE,
             help="Accuracy a minimum may cost and still be chosen (a fraction).",
         )
+        parser.add_argument(
+            "--framing",
+            choices=Queue.ExampleFraming.values,
+            default=Queue.ExampleFraming.REFERENCE,
+            help="How examples are sent: quoted reference material, or earlier turns.",
+        )
         parser.add_argument("--out", default=str(settings.VAR_DIR / "bench" / "learning"))
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:

@@ -50,6 +50,7 @@ class Command(WorldCommand):
             "bench-review",
             database_url=options["database_url"],
             LOGIN_ATTEMPTS_PER_MINUTE="100000",
+            LOGIN_ATTEMPTS_PER_ADDRESS_PER_MINUTE="100000",
         ) as here:
             here.inside("bench_review", {**options, "phase": "seed"})
             web, base = here.web(port=options["port"], workers=WEB_WORKERS)
@@ -87,12 +88,11 @@ class Command(WorldCommand):
 
 
 def seed(*, reviewers: int, items: int) -> None:
-    from django.contrib.auth.models import Group, User
+    from django.contrib.auth.models import User
 
     from icrlhf.generation.models import Candidate, Generation
     from icrlhf.queues.models import Item, Queue
 
-    group = Group.objects.get(name="reviewer")
     queue = Queue.objects.create(
         slug="bench",
         name="Bench",
@@ -102,8 +102,7 @@ def seed(*, reviewers: int, items: int) -> None:
     )
     for number in range(reviewers):
         user = User.objects.create_user(f"reviewer{number}", password=PASSWORD)
-        user.groups.add(group)
-        queue.members.add(user)
+        queue.members.add(user)  # a reviewer of this queue
     answer = (
         "Thanks for reaching out! Your card was posted **3 working days** ago.\n\n"
         "1. Check the tracking link in the app.\n2. If it has not arrived in 5 days, "

@@ -38,6 +38,7 @@ class Command(WorldCommand):
                 LLM_API_BASE=llm.api_base,
                 LLM_MODEL="openai/fixed-latency",
                 LOGIN_ATTEMPTS_PER_MINUTE="1000",
+                LOGIN_ATTEMPTS_PER_ADDRESS_PER_MINUTE="1000",
             ) as here:
                 here.worker(concurrency=8)
                 _web, base = here.web()
@@ -70,13 +71,12 @@ class Command(WorldCommand):
 
 
 def seed(*, decisions: int, candidates: int) -> None:
-    from django.contrib.auth.models import Group, User
+    from django.contrib.auth.models import User
 
     from icrlhf.generation.services import item_create
     from icrlhf.queues.models import Queue
 
     reviewer = User.objects.create_user("bench-reviewer", password=PASSWORD)
-    reviewer.groups.add(Group.objects.get(name="reviewer"))
     queue = Queue.objects.create(
         slug="bench",
         name="Bench",
@@ -85,7 +85,7 @@ def seed(*, decisions: int, candidates: int) -> None:
         reason_tags=["wrong facts", "too long"],
         guidelines="## Guidelines\n\n- Be **correct**.\n- Be brief.",
     )
-    queue.members.add(reviewer)
+    queue.members.add(reviewer)  # a reviewer of this queue
     for number in range(decisions):
         item_create(
             queue=queue,

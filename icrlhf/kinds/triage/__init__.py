@@ -20,6 +20,7 @@ from icrlhf.kinds.triage.fields import (
     triage_instructions,
     triage_parse,
     triage_partial,
+    triage_schema,
 )
 from icrlhf.kinds.triage.sla import sla_ordered
 from icrlhf.queues.models import Item, Queue
@@ -56,6 +57,14 @@ class TriageKind(QueueKind):
 
     def instructions(self, queue: Queue) -> str:
         return triage_instructions(queue.categories)
+
+    def response_format(self, queue: Queue) -> dict[str, Any]:
+        # The server holds the answer to the schema (llama.cpp turns it into a grammar):
+        # a category and a priority from the lists, by construction.
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "triage", "strict": True, "schema": triage_schema(queue)},
+        }
 
     def parse(self, text: str, queue: Queue) -> Parsed:
         # An unparsable answer is kept with its raw text and the reason: it may still be the

@@ -10,7 +10,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from icrlhf.queues.models import Item
+from icrlhf.queues.models import Item, Queue
 
 PRIORITIES: tuple[str, ...] = tuple(Item.Priority.values)
 _PRIORITY_SYNONYMS = {
@@ -95,11 +95,22 @@ def _json_object(text: str) -> dict[str, object] | None:
     for attempt in (raw, re.sub(r",\s*([}\]])", r"\1", raw.replace("'", '"'))):
         try:
             value = json.loads(attempt)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # a model's answer is untrusted
             continue
         if isinstance(value, dict):
             return {str(k).strip().lower(): v for k, v in value.items()}
     return None
+
+
+# A key, bare or quoted (a JSON object cut off before its closing brace reads as lines).
+_KEY_VALUE = re.compile(
+    r"[\"']?(category|priority|reply|response|answer)[\"']?[\s*]*[:=](.*)", re.I
+)
+
+
+def _unquoted(value: str) -> str:
+    """A JSON-ish value as written on its line: without its trailing comma and quotes."""
+    return value.strip().removesuffix(",").strip().strip("\"'")
 
 
 def _key_value_lines(text: str) -> dict[str, object]:
@@ -107,13 +118,11 @@ def _key_value_lines(text: str) -> dict[str, object]:
     reply_lines: list[str] = []
     in_reply = False
     for line in text.splitlines():
-        match = re.match(
-            r"^\s*[*#>\-]*\s*(category|priority|reply|response|answer)\s*[*]*\s*[:=]\s*(.*)$",
-            line,
-            re.I,
-        )
+        # Markdown's bullets and emphasis stripped first: one pattern with no two adjacent
+        # open-ended runs, so a line of 50,000 spaces costs linear time, not quadratic.
+        match = _KEY_VALUE.match(line.lstrip(" \t*#>-"))
         if match:
-            key, value = match.group(1).lower(), match.group(2)
+            key, value = match.group(1).lower(), _unquoted(match.group(2))
             key = "reply" if key in {"response", "answer"} else key
             in_reply = key == "reply"
             if in_reply:
@@ -156,6 +165,36 @@ def triage_partial(text: str, categories: list[str]) -> dict[str, str]:
     reply = data.get("reply") or data.get("response")
     found["reply"] = (str(reply) if reply else text).strip()[:MAX_REPLY_CHARS]
     return found
+
+
+# A reply is asked to be short; the schema bounds it so a small model cannot ramble on (or
+# stop at a single word) inside the JSON, and so the whole answer fits the queue's max tokens
+# (cut there, the JSON would never close): two characters a token at worst (the local model
+# wrote replies of odd words and escapes that ran past three), 50 tokens for the rest.
+REPLY_MIN_CHARS, REPLY_MAX_CHARS = 20, 600
+
+
+def _reply_max_chars(max_tokens: int) -> int:
+    return max(REPLY_MIN_CHARS, min(REPLY_MAX_CHARS, (max_tokens - 50) * 2))
+
+
+def triage_schema(queue: Queue) -> dict[str, object]:
+    """The JSON schema of a triage answer: the queue's categories and the priorities as
+    enums, and a reply of sensible length."""
+    return {
+        "type": "object",
+        "properties": {
+            "category": {"type": "string", "enum": list(queue.categories)},
+            "priority": {"type": "string", "enum": list(PRIORITIES)},
+            "reply": {
+                "type": "string",
+                "minLength": REPLY_MIN_CHARS,
+                "maxLength": _reply_max_chars(queue.max_tokens),
+            },
+        },
+        "required": ["category", "priority", "reply"],
+        "additionalProperties": False,
+    }
 
 
 def triage_instructions(categories: list[str]) -> str:

@@ -30,12 +30,30 @@ def _render(text: str) -> str:
     return nh3.clean(html, tags=_ALLOWED_TAGS, link_rel="noopener noreferrer nofollow ugc")
 
 
+# Above this many characters (both texts together) the item page shows no word diff: the
+# comparison's cost grows with the product of the lengths, and it ran on every view.
+WORD_DIFF_MAX_CHARS = 12_000
+
+
 @register.filter
 def word_diff(original: str, final: str) -> SafeString:
     """The words an edit removed (<del>) and added (<ins>), escaped; LLM text is untrusted.
     Changes separated only by spaces or one unchanged word are one change, so that a rewrite
-    reads as a rewrite (static/js/review.js groups the live diff the same way)."""
-    before, after = re.split(r"(\s+)", original or ""), re.split(r"(\s+)", final or "")
+    reads as a rewrite (static/js/review.js groups the live diff the same way). Computed once
+    per pair of texts (a decision's never change), and not at all above WORD_DIFF_MAX_CHARS."""
+    original, final = original or "", final or ""
+    size = len(original) + len(final)
+    if size > WORD_DIFF_MAX_CHARS:
+        return mark_safe(  # noqa: S308 (no text of anyone's in it)
+            f'<span class="muted">Too long to compare word by word ({size:,} characters); '
+            "the final text is shown above.</span>"
+        )
+    return mark_safe(_word_diff(original, final))  # noqa: S308 (every piece escaped)
+
+
+@lru_cache(maxsize=1024)
+def _word_diff(original: str, final: str) -> str:
+    before, after = re.split(r"(\s+)", original), re.split(r"(\s+)", final)
     matcher = difflib.SequenceMatcher(a=before, b=after, autojunk=False)
     runs = [  # (unchanged?, removed, added)
         (operation == "equal", "".join(before[a_start:a_end]), "".join(after[b_start:b_end]))
@@ -51,7 +69,7 @@ def word_diff(original: str, final: str) -> SafeString:
             continue
         removed, added = removed + old, added + new
     parts.append(_changed(removed, added))
-    return mark_safe("".join(parts))  # noqa: S308 (every piece escaped)
+    return "".join(parts)
 
 
 def _changed(removed: str, added: str) -> str:

@@ -1,0 +1,189 @@
+"""bench_triage's measurement, inside its world (see the command's docstring)."""
+
+import json
+import time
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from bench.learning import Labelled, banking77_split
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.kinds.triage.fields import fields_text
+from icrlhf.memory.models import Example
+from icrlhf.ops.demo import demo_login_ensure, demo_triage_queue_ensure
+from icrlhf.queues.models import Item, Queue
+from icrlhf.review.decisions import decision_record
+from icrlhf.triage.services import ticket_create, ticket_input_text
+
+TIMEOUT_S = 3600
+# The demo's triage queue, as `make run` seeds it (Banking77's 77 intents as categories).
+QUEUE_SETTINGS = {
+    "kind": Queue.Kind.TRIAGE,
+    "system_prompt": "You triage the support tickets of an online bank.",
+    "max_tokens": 120,
+    "temperature": 0.8,
+    "memory_candidates": 0,  # the model's own proposals are what is measured
+}
+
+
+def _ticket(queue: Queue, row: Labelled, number: int) -> Item:
+    item, _created = ticket_create(
+        queue=queue,
+        subject=_subject(row.text),
+        body=row.text,
+        source="import",
+        external_id=f"bench-{number}",
+    )
+    return item
+
+
+def _subject(text: str) -> str:
+    words = text.split()
+    return " ".join(words[:5]) + ("…" if len(words) > 5 else "")
+
+
+def _settled(items: list[Item]) -> list[Item]:
+    """The items once every one of them is ready or failed (the worker generates them)."""
+    ids = [item.pk for item in items]
+    deadline = time.monotonic() + TIMEOUT_S
+    waiting = Item.objects.filter(pk__in=ids).exclude(
+        status__in=[Item.Status.READY, Item.Status.FAILED]
+    )
+    while waiting.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{waiting.count()} tickets still generating")
+        time.sleep(1)
+    return list(Item.objects.filter(pk__in=ids).order_by("pk"))
+
+
+def _proposals(items: list[Item]) -> list[Candidate]:
+    return list(
+        Candidate.objects.filter(generation__item__in=items, source="llm").order_by(
+            "generation__item", "position"
+        )
+    )
+
+
+def _valid(items: list[Item]) -> dict[str, Any]:
+    """Valid among the proposals the model made; calls that failed (a timeout on a busy
+    machine) are counted apart: they say nothing of what the model writes."""
+    candidates = _proposals(items)
+    answered = [c for c in candidates if c.status == Candidate.Status.DONE]
+    valid = sum(bool(c.fields) for c in answered)
+    return {
+        "tickets": len(items),
+        "proposals": len(answered),
+        "failed_calls": len(candidates) - len(answered),
+        "valid": valid,
+        "valid_share": valid / len(answered) if answered else 0.0,
+        "invalid_examples": [c.parse_error for c in answered if not c.fields][:5],
+    }
+
+
+@transaction.atomic
+def _remember(queue: Queue, row: Labelled, reviewer: Any) -> None:
+    """A ticket triaged right by a reviewer: its confirmed triage becomes an example."""
+    item = Item.objects.create(
+        queue=queue,
+        input_text=ticket_input_text(subject=_subject(row.text), body=row.text),
+        subject=_subject(row.text),
+        body=row.text,
+        source=Item.Source.IMPORT,
+        status=Item.Status.READY,
+    )
+    gold = {"category": row.label, "priority": "normal", "reply": "Thanks, we are on it."}
+    generation = Generation.objects.create(
+        item=item, model="gold", params={}, n_candidates=1, status=Generation.Status.DONE
+    )
+    candidate = Candidate.objects.create(
+        generation=generation,
+        position=0,
+        status=Candidate.Status.DONE,
+        text=fields_text(gold),
+        fields=gold,
+    )
+    decision_record(item_id=item.pk, reviewer=reviewer, verdict="chosen", candidate_id=candidate.pk)
+
+
+def _indexed(queue: Queue) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    pending = Example.objects.filter(queue=queue).exclude(index_state=Example.IndexState.INDEXED)
+    while pending.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError("examples still indexing")
+        time.sleep(1)
+
+
+def measure(options: dict[str, Any], *, sizes: list[int]) -> dict[str, Any]:
+    data = settings.SHARED_DATA_DIR / "banking77"
+    labels: list[str] = json.loads((data / "categories.json").read_text())
+    held_out, stream = banking77_split(
+        data / "test.csv",
+        seed=options["seed"],
+        test=options["held_out"],
+        stream=options["tickets"] + max(sizes),
+    )
+    validity_rows, memory_rows = stream[: options["tickets"]], stream[options["tickets"] :]
+
+    demo_login_ensure()
+    demo, _count = demo_triage_queue_ensure(data_dir=settings.SHARED_DATA_DIR)
+    assert demo is not None, "bench_triage needs the Banking77 dataset"
+    demo_items = _settled(list(Item.objects.filter(queue=demo)))
+
+    bulk = Queue.objects.create(
+        slug="bench-triage",
+        name="Bench triage",
+        categories=labels,
+        n_candidates=options["candidates"],
+        **QUEUE_SETTINGS,
+    )
+    bulk_items = _settled([_ticket(bulk, row, n) for n, row in enumerate(validity_rows)])
+
+    reviewer = get_user_model().objects.create_user("bench-reviewer")
+    learning = Queue.objects.create(
+        slug="bench-triage-learning",
+        name="Bench triage learning",
+        categories=labels,
+        n_candidates=1,
+        **QUEUE_SETTINGS,
+    )
+    learning.members.add(reviewer)
+    accuracy: dict[str, dict[str, Any]] = {}
+    stored = 0
+    for size in sizes:
+        for row in memory_rows[stored:size]:
+            _remember(learning, row, reviewer)
+        stored = size
+        _indexed(learning)
+        items = _settled(
+            [_ticket(learning, row, 100_000 * (size + 1) + n) for n, row in enumerate(held_out)]
+        )
+        first = {
+            c.generation.item_id: c
+            for c in reversed(
+                Candidate.objects.filter(generation__item__in=items)
+                .select_related("generation")
+                .order_by("generation__item", "position")
+            )
+        }
+        right = sum(
+            bool(first.get(item.pk) and (first[item.pk].fields or {}).get("category") == row.label)
+            for item, row in zip(items, held_out, strict=True)
+        )
+        accuracy[str(size)] = {
+            "tickets": len(items),
+            "right": right,
+            "accuracy": right / len(items),
+            "valid_share": _valid(items)["valid_share"],
+        }
+    return {
+        "valid": {"demo": _valid(demo_items), "banking77": _valid(bulk_items)},
+        "accuracy": accuracy,
+        "triage_valid_share": _valid([*demo_items, *bulk_items])["valid_share"],
+        "model": "SmolLM2-135M-Instruct (llama.cpp)",
+        "structured_output": True,
+        "stored_decisions_recorded_from_gold_labels": True,
+        "seed": options["seed"],
+    }

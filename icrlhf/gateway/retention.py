@@ -1,0 +1,26 @@
+"""How long the gateway keeps what end users wrote: CALL_RETENTION_DAYS.
+
+A call older than that loses its request, the caller's context and the answer; its figures
+(source, timings, tokens, scores, holdout) stay for the dashboard. A captured call's review
+item is the queue's own data and keeps what review needs."""
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Q
+
+from icrlhf.gateway.models import Call
+
+PURGED = ""
+
+
+def calls_purge(*, now: datetime) -> int:
+    """Blanks the personal content of calls past the retention period; returns how many.
+    CALL_RETENTION_DAYS = 0 keeps them forever."""
+    days = settings.CALL_RETENTION_DAYS
+    if days <= 0:
+        return 0
+    expired = Call.objects.filter(created_at__lt=now - timedelta(days=days)).filter(
+        ~Q(request_text=PURGED) | ~Q(answer_text=PURGED) | ~Q(context=[])
+    )
+    return expired.update(request_text=PURGED, context=[], answer_text=PURGED)
