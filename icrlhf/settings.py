@@ -346,6 +346,12 @@ CALIBRATION_REFIT_INTERVAL_S = env_int("CALIBRATION_REFIT_INTERVAL_S", 300)
 # --- The gateway: the OpenAI-compatible endpoint applications call ------------------------------
 # Requests per minute per token (counted atomically in the cache, like the API's).
 GATEWAY_REQUESTS_PER_MINUTE = env_int("GATEWAY_REQUESTS_PER_MINUTE", 3000)
+# Calls one token may have in flight at once, all gateway processes together (then 429): one
+# tenant cannot take every thread and upstream connection.
+GATEWAY_MAX_IN_FLIGHT_PER_TOKEN = env_int("GATEWAY_MAX_IN_FLIGHT_PER_TOKEN", 64)
+# The longest one call may take, from its arrival to its last byte, streamed or not (then 504,
+# or an error event in a stream): an upstream that drips slowly cannot hold a call open.
+GATEWAY_CALL_DEADLINE_S = env_float("GATEWAY_CALL_DEADLINE_S", 2 * LLM_TIMEOUT_S)
 # A request body larger than this is refused with 413 before it is read.
 GATEWAY_MAX_REQUEST_BYTES = env_int("GATEWAY_MAX_REQUEST_BYTES", 1_000_000)
 # With the embedded store (no QDRANT_URL) the worker owns it and answers the gateway's

@@ -10,7 +10,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -23,7 +23,7 @@ from django.views.decorators.csrf import csrf_exempt
 from pydantic import ValidationError
 
 from icrlhf.accounts.ratelimit import attempt_allowed, client_ip, seconds_left_in_window
-from icrlhf.gateway import capture, services
+from icrlhf.gateway import capture, limits, services
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.ingest.models import IntegrationToken, Scope
@@ -186,12 +186,30 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
             param="model",
             code="model_not_found",
         )
-    plan = await _blocking(lambda: services.call_plan(queue=queue, request=chat))
-    call = _Call(id=uuid.uuid4(), plan=plan, token=token, started=started, stream=chat.stream)
-    if chat.stream:
-        include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
-        return await _streamed(call, include_usage=include_usage)
-    return await _answered(call)
+    slot = await _blocking(lambda: limits.in_flight_acquire(token.pk))
+    if slot is None:
+        return _error(
+            429,
+            f"This token already has {settings.GATEWAY_MAX_IN_FLIGHT_PER_TOKEN} calls in flight "
+            "(GATEWAY_MAX_IN_FLIGHT_PER_TOKEN); retry when one has ended.",
+            kind="requests",
+            code="too_many_in_flight",
+            headers={"Retry-After": "1"},
+        )
+    release: limits.Slot | None = slot  # a stream's events give the slot back once the stream ends
+    try:
+        plan = await _blocking(lambda: services.call_plan(queue=queue, request=chat))
+        call = _Call(id=uuid.uuid4(), plan=plan, token=token, started=started, stream=chat.stream)
+        if chat.stream:
+            include_usage = bool(chat.stream_options and chat.stream_options.include_usage)
+            response = await _streamed(call, include_usage=include_usage, slot=slot)
+            if isinstance(response, StreamingHttpResponse):
+                release = None
+            return response
+        return await _answered(call)
+    finally:
+        if release is not None:
+            await _blocking(lambda: limits.in_flight_release(slot))
 
 
 def _too_large() -> JsonResponse:
@@ -217,6 +235,7 @@ class _Call:
     ) -> None:
         self.id, self.plan, self.token, self.started, self.stream = id, plan, token, started, stream
         self.created = int(time.time())
+        self.deadline = started + settings.GATEWAY_CALL_DEADLINE_S  # on time.monotonic()
 
     def record(self, **outcome: Any) -> Callable[[], Call]:
         return lambda: services.call_record(
@@ -234,6 +253,38 @@ class _Call:
         return _event(body)
 
 
+class _DeadlinePassed(llm.LLMError):
+    def __init__(self) -> None:
+        message = (
+            f"The call took longer than {settings.GATEWAY_CALL_DEADLINE_S:g} s "
+            "(GATEWAY_CALL_DEADLINE_S)."
+        )
+        super().__init__(message, status=504)
+
+
+async def _before_deadline[T](call: _Call, work: Awaitable[T]) -> T:
+    """Waits for the upstream until the call's deadline, then gives up with a 504.
+
+    The upstream runs as a task of its own that is cancelled and left behind: cancelling it
+    in place would not do, as litellm turns the cancellation into a connection error."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=call.deadline - time.monotonic())
+    except asyncio.CancelledError:  # the caller hung up
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        task.add_done_callback(_leave_behind)
+        raise _DeadlinePassed()
+    return task.result()
+
+
+def _leave_behind(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # read, so that asyncio does not log it as never retrieved
+
+
 def _event(body: dict[str, Any] | str) -> str:
     return f"data: {body if isinstance(body, str) else json.dumps(body)}\n\n"
 
@@ -247,8 +298,14 @@ async def _answered(call: _Call) -> HttpResponse:
         model: str = Call.Source.MEMORY
     else:
         try:
-            completion = await llm.acomplete(
-                messages=plan.messages, model=plan.model, params=plan.params, api_base=plan.api_base
+            completion = await _before_deadline(
+                call,
+                llm.acomplete(
+                    messages=plan.messages,
+                    model=plan.model,
+                    params=plan.params,
+                    api_base=plan.api_base,
+                ),
             )
         except llm.LLMError as error:
             total_ms = _since(call.started)
@@ -297,7 +354,9 @@ async def _memory_pieces(text: str) -> AsyncIterator[str]:
     yield text
 
 
-async def _streamed(call: _Call, *, include_usage: bool) -> HttpResponse | StreamingHttpResponse:
+async def _streamed(
+    call: _Call, *, include_usage: bool, slot: limits.Slot
+) -> HttpResponse | StreamingHttpResponse:
     plan = call.plan
     headers = _headers(call.id, plan)
     headers["Server-Timing"] = _timing(retrieval=plan.retrieval_ms)
@@ -306,8 +365,14 @@ async def _streamed(call: _Call, *, include_usage: bool) -> HttpResponse | Strea
     if plan.memory_answer is None:
         try:
             # Started here, so that a refused or failing upstream is still a proper status.
-            stream = await llm.astream(
-                messages=plan.messages, model=plan.model, params=plan.params, api_base=plan.api_base
+            stream = await _before_deadline(
+                call,
+                llm.astream(
+                    messages=plan.messages,
+                    model=plan.model,
+                    params=plan.params,
+                    api_base=plan.api_base,
+                ),
             )
         except llm.LLMError as error:
             total_ms = _since(call.started)
@@ -323,7 +388,11 @@ async def _streamed(call: _Call, *, include_usage: bool) -> HttpResponse | Strea
         text, error, status = "", "", 200
         yield call.chunk({"role": "assistant", "content": ""})
         try:
-            async for piece in pieces:
+            while True:
+                try:  # the upstream's time only: the caller's reading is not counted
+                    piece = await _before_deadline(call, anext(pieces))
+                except StopAsyncIteration:
+                    break
                 text += piece
                 yield call.chunk({"content": piece})
             finish_reason = "stop" if stream is None else stream.finish_reason
@@ -379,6 +448,7 @@ async def _streamed(call: _Call, *, include_usage: bool) -> HttpResponse | Strea
                 error=error,
             )
             _threads.submit(_logged(lambda: _captured(outcome())))
+            _threads.submit(_logged(lambda: limits.in_flight_release(slot)))
 
     response = StreamingHttpResponse(events(), content_type="text/event-stream", headers=headers)
     response["Cache-Control"] = "no-cache"

@@ -301,6 +301,30 @@ def test_an_unreachable_or_slow_upstream_is_502_or_504(gateway_process: GatewayP
     assert raised_slow.value.status_code == 504
 
 
+def test_a_dripping_stream_is_cut_at_the_calls_deadline(gateway_process: GatewayProcess) -> None:
+    """Every event comes within LLM_TIMEOUT_S; the call as a whole does not come within
+    GATEWAY_CALL_DEADLINE_S (twice LLM_TIMEOUT_S): the caller gets an error event then."""
+    dripping = FixedLatencyLLM(latency_s=0).start()
+    dripping.drip_s = GATEWAY_LLM_TIMEOUT_S * 0.6  # a dozen events: 6 times the deadline
+    try:
+        queue = QueueFactory(api_base=dripping.api_base)
+        stream = client_for(gateway_process, queue).chat.completions.create(
+            model=queue.slug,
+            messages=[{"role": "user", "content": "one two three four five six seven"}],
+            stream=True,
+        )
+        with pytest.raises(openai.APIError) as raised:
+            for _chunk in stream:
+                pass
+    finally:
+        dripping.stop()
+    assert "GATEWAY_CALL_DEADLINE_S" in str(raised.value)
+    wait_for(lambda: Call.objects.filter(queue=queue).exists(), what="the cut call's row")
+    call = Call.objects.get(queue=queue)
+    assert call.status_code == 504
+    assert call.total_ms < GATEWAY_LLM_TIMEOUT_S * 2 * 1000 + 2000
+
+
 def test_a_token_reaches_its_own_queue_only(gateway_process: GatewayProcess) -> None:
     mine, theirs = QueueFactory(slug="mine"), QueueFactory(slug="theirs")
     client = client_for(gateway_process, mine)

@@ -19,6 +19,7 @@ from typing import Any
 class FixedLatencyLLM:
     def __init__(self, *, latency_s: float = 1.0, host: str = "127.0.0.1", port: int = 0) -> None:
         self.latency_s = latency_s
+        self.drip_s = 0.0  # streams: the pause before each event (an upstream that drips)
         self.host = host
         self.calls = 0
         self.last_request: dict[str, Any] = {}  # what the latest call asked (its prompt)
@@ -119,6 +120,15 @@ class FixedLatencyLLM:
                     streamed = request.get("stream") and body.startswith(b"data:")
                     kind = "text/event-stream" if streamed else "application/json"
                     self.send_header("Content-Type", kind)
+                    if streamed and server.drip_s:
+                        self.send_header("Connection", "close")  # the end of the body
+                        self.end_headers()
+                        for event in body.split(b"\n\n"):
+                            time.sleep(server.drip_s)
+                            self.wfile.write(event + b"\n\n")
+                            self.wfile.flush()
+                        self.close_connection = True
+                        return
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
                     self.wfile.write(body)
