@@ -36,7 +36,7 @@ class Plan:
     queue: Queue
     request_text: str
     # The caller's messages before the last one, and a digest of the whole conversation.
-    context: list[dict[str, str]]
+    context: list[dict[str, Any]]
     request_hash: str
     memory: str  # a Call.Memory value
     # In the prompt, most similar first; for a memory answer, the one example answering.
@@ -50,10 +50,12 @@ class Plan:
     capture: str = ""
     # A memory answer: the example it came from (not in the prompt: there is no prompt).
     memory_answer: str | None = None
-    messages: list[dict[str, str]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
     model: str = ""
     api_base: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+    # The caller's tool and output fields (tools, tool_choice, response_format, …), passed on.
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def source(self) -> str:
@@ -66,14 +68,25 @@ class Plan:
         return Call.Memory.EMPTY if self.holdout else self.memory
 
 
+def decision_point(request: ChatRequest) -> str:
+    """What retrieval looks for: the user's last words, or, after tool results, the goal and
+    the latest observation (the state an agent decides from, not the words that began it)."""
+    last = request.messages[-1]
+    if last.role != "tool":
+        return last.text
+    return f"{request.goal}\n\n{last.text}".strip()
+
+
 def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
-    """Retrieve the queue's preferred examples for the last user message; answer from the
-    nearest one when it is similar enough (the queue's threshold), else build the prompt with
-    the review flow's builder: the caller's system message (or the queue's) with the queue's
-    instructions and guidelines, the examples as earlier turns, then the caller's turns."""
-    request_text = request.messages[-1].text
-    context = [{"role": m.role, "content": m.text} for m in request.messages[:-1]]
-    conversation = json.dumps([*context, {"role": "user", "content": request_text}])
+    """Retrieve the queue's preferred examples for the decision point; answer from the
+    nearest one when it is similar enough (the queue's threshold) and a plain text answer is
+    what the call asks for, else build the prompt with the review flow's builder: the queue's
+    system prompt with its instructions and guidelines (then the caller's system message), the
+    examples, then the caller's turns with their tool calls and results."""
+    request_text = decision_point(request)
+    context = [m.upstream() for m in request.messages[:-1]]
+    conversation = json.dumps([m.upstream() for m in request.messages])
+    options = request.upstream_options()
     holdout = random.random() * 100 < queue.holdout_percent
     threshold = queue.memory_answer_threshold
     started = time.monotonic()
@@ -102,7 +115,12 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         retrieval_ms=retrieval_ms,
         top_score=top_score,
         holdout=holdout,
-        capture=capture_reason(queue=queue, top_score=top_score, memory=memory),
+        # Review of tool-calling steps comes with trajectories: until then they are not sent.
+        capture=(
+            Call.Capture.NONE
+            if _uses_tools(request)
+            else capture_reason(queue=queue, top_score=top_score, memory=memory)
+        ),
     )
 
     # Served as is, with no one reviewing it: only an approved example, where the queue asks.
@@ -112,21 +130,28 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         if not queue.memory_answers_need_approval or r.example.approved_for_answers_at
     ]
     nearest = max(servable, key=lambda r: r.score, default=None)
-    answerable = nearest is not None and not holdout
+    # A stored answer is text: never served to a call that offers tools (it may need one)
+    # or asks for a structured answer (the text need not fit its schema).
+    answerable = nearest is not None and not holdout and not _uses_tools(request)
+    answerable = answerable and "response_format" not in options
     if answerable and threshold is not None and nearest is not None and nearest.score >= threshold:
         return replace(retrieved, examples=[nearest], memory_answer=nearest.example.output_text)
     # A held-out call is retrieved for all the same (its coverage is measured alike), but
     # nothing retrieved reaches its prompt.
     in_prompt = [] if holdout else recall.examples
+    if (request.response_format and request.response_format.type != "text") or any(
+        m.role == "tool" for m in request.messages
+    ):
+        # Text examples would teach the wrong form where a schema is required, and a
+        # tool loop's next step is not a reply to the user.
+        in_prompt = []
 
     system = "\n\n".join(
         m.text for m in request.messages if m.role in ("system", "developer") and m.text.strip()
     )
-    history = [
-        {"role": m.role, "content": m.text}
-        for m in request.messages[:-1]
-        if m.role in ("user", "assistant")
-    ]
+    last = request.messages[-1]
+    turns = request.messages if last.role == "tool" else request.messages[:-1]
+    history = [m.upstream() for m in turns if m.role in ("user", "assistant", "tool")]
     # The queue's system prompt stays first, whatever the caller sends: it is the curators'
     # (what the queue answers, what it must not do); the caller's own system message follows.
     system_prompt = queue.system_prompt.strip()
@@ -139,7 +164,7 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         guidelines_version=queue.guidelines_version,
         examples=[PromptExample(r.example.input_text, r.example.output_text) for r in in_prompt],
         history=history,
-        request=request_text,
+        request=None if last.role == "tool" else last.text,
         framing=queue.example_framing,
     )
     # The caller's sampling parameters, within the queue's limit on answer length.
@@ -153,7 +178,12 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         model=queue.model or settings.LLM_MODEL,
         api_base=queue.api_base,
         params=params,
+        options=options,
     )
+
+
+def _uses_tools(request: ChatRequest) -> bool:
+    return bool(request.tools) or any(m.role == "tool" or m.tool_calls for m in request.messages)
 
 
 def capture_reason(*, queue: Queue, top_score: float | None, memory: str) -> str:
@@ -191,7 +221,12 @@ def call_record(
         # Before anything is stored (and, through the review item, embedded): the caller got
         # its answer already; what is kept has placeholders where the personal data was.
         request_text, answer_text = redact(request_text).text, redact(answer_text).text
-        context = [{**turn, "content": redact(turn["content"]).text} for turn in context]
+        context = [
+            {**turn, "content": redact(turn["content"]).text}
+            if isinstance(turn.get("content"), str)
+            else turn
+            for turn in context
+        ]
     return Call.objects.create(
         id=call_id,
         queue=plan.queue,

@@ -242,7 +242,7 @@ class _Call:
             call_id=self.id, plan=self.plan, token=self.token, stream=self.stream, **outcome
         )
 
-    def chunk(self, delta: dict[str, str], finish_reason: str | None = None) -> str:
+    def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> str:
         body = {
             "id": f"chatcmpl-{self.id.hex}",
             "object": "chat.completion.chunk",
@@ -296,6 +296,8 @@ async def _answered(call: _Call) -> HttpResponse:
     if plan.memory_answer is not None:
         text, finish_reason, usage, upstream_ms = plan.memory_answer, "stop", _usage(0, 0), None
         model: str = Call.Source.MEMORY
+        tool_calls: list[dict[str, Any]] = []
+        logprobs = None
     else:
         try:
             completion = await _before_deadline(
@@ -305,6 +307,7 @@ async def _answered(call: _Call) -> HttpResponse:
                     model=plan.model,
                     params=plan.params,
                     api_base=plan.api_base,
+                    options=plan.options,
                 ),
             )
         except llm.LLMError as error:
@@ -317,6 +320,7 @@ async def _answered(call: _Call) -> HttpResponse:
             return _error(error.status, error.summary, kind="upstream_error", headers=headers)
         upstream_ms = _since(upstream_started)
         text, finish_reason, model = completion.text, completion.finish_reason, completion.model
+        tool_calls, logprobs = list(completion.tool_calls), completion.logprobs
         usage = _usage(completion.prompt_tokens, completion.completion_tokens)
     total_ms = _since(call.started)
     headers["Server-Timing"] = _timing(
@@ -324,7 +328,7 @@ async def _answered(call: _Call) -> HttpResponse:
     )
     recorded = await _blocking(
         call.record(
-            answer_text=text,
+            answer_text=_logged_answer(text, tool_calls),
             total_ms=total_ms,
             upstream_ms=upstream_ms,
             prompt_tokens=usage["prompt_tokens"],
@@ -341,8 +345,9 @@ async def _answered(call: _Call) -> HttpResponse:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
+                "message": _message(text, tool_calls),
                 "finish_reason": finish_reason,
+                "logprobs": logprobs,
             }
         ],
         "usage": usage,
@@ -350,8 +355,19 @@ async def _answered(call: _Call) -> HttpResponse:
     return JsonResponse(body, headers=headers)
 
 
-async def _memory_pieces(text: str) -> AsyncIterator[str]:
-    yield text
+def _message(text: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    if not tool_calls:
+        return {"role": "assistant", "content": text}
+    return {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
+
+
+def _logged_answer(text: str, tool_calls: list[dict[str, Any]]) -> str:
+    """The call log's answer: the text, then any tool calls as OpenAI writes them."""
+    return "\n".join(filter(None, [text, json.dumps(tool_calls) if tool_calls else ""]))
+
+
+async def _memory_pieces(text: str) -> AsyncIterator[dict[str, Any]]:
+    yield {"content": text}
 
 
 async def _streamed(
@@ -372,6 +388,7 @@ async def _streamed(
                     model=plan.model,
                     params=plan.params,
                     api_base=plan.api_base,
+                    options=plan.options,
                 ),
             )
         except llm.LLMError as error:
@@ -393,8 +410,8 @@ async def _streamed(
                     piece = await _before_deadline(call, anext(pieces))
                 except StopAsyncIteration:
                     break
-                text += piece
-                yield call.chunk({"content": piece})
+                text += piece.get("content", "")
+                yield call.chunk(piece)
             finish_reason = "stop" if stream is None else stream.finish_reason
             yield call.chunk({}, finish_reason=finish_reason)
             if include_usage:
@@ -438,7 +455,7 @@ async def _streamed(
             # Not awaited: a caller who hangs up cancels this generator, and the row must still
             # be written.
             outcome = call.record(
-                answer_text=text,
+                answer_text=_logged_answer(text, [] if stream is None else stream.tool_calls),
                 total_ms=_since(call.started),
                 upstream_ms=None if stream is None else _since(upstream_started),
                 prompt_tokens=0 if stream is None else stream.prompt_tokens,

@@ -11,6 +11,7 @@ at that cost. The learning benchmark measures both (README).
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -74,15 +75,17 @@ def messages_build(
     guidelines: str,
     guidelines_version: int,
     examples: Sequence[PromptExample],
-    request: str,
+    request: str | None,
     instructions: str = "",
-    history: Sequence[dict[str, str]] = (),
+    history: Sequence[dict[str, Any]] = (),
     framing: str = REFERENCE,
-) -> list[dict[str, str]]:
+) -> list[dict[str, Any]]:
     """`examples` come most similar first, as retrieved; they are sent most similar last.
     `instructions` (the answer format of a triage queue) follow the system prompt. `history`
     (the earlier turns of a gateway caller's conversation) goes after the examples and before
-    the request, as the caller sent it. `framing`: REFERENCE or TURNS (see above)."""
+    the request, as the caller sent it (with its tool calls and results: after a tool result
+    there is no new request, and `request` is None). `framing`: REFERENCE or TURNS (see
+    above)."""
     system_parts = [system_prompt.strip(), instructions.strip()]
     if guidelines.strip():
         system_parts.append(f"Guidelines (version {guidelines_version}):\n{guidelines.strip()}")
@@ -91,11 +94,13 @@ def messages_build(
         system_parts.append(_reference_block(most_similar_last))
     elif examples:
         system_parts.append(EXAMPLES_PREAMBLE)
-    messages = [{"role": "system", "content": "\n\n".join(part for part in system_parts if part)}]
+    system = "\n\n".join(part for part in system_parts if part)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     if framing != REFERENCE:
         for example in most_similar_last:
             messages.append({"role": "user", "content": example.input_text})
             messages.append({"role": "assistant", "content": example.output_text})
     messages.extend(history)
-    messages.append({"role": "user", "content": request})
+    if request is not None:
+        messages.append({"role": "user", "content": request})
     return messages

@@ -70,7 +70,10 @@ class Completion:
     completion_tokens: int
     cost_usd: float
     latency_ms: int
-    finish_reason: str = "stop"  # "length": cut at the token limit
+    finish_reason: str = "stop"  # "length": cut at the token limit; "tool_calls"
+    # In OpenAI's shape: [{"id", "type": "function", "function": {"name", "arguments"}}].
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    logprobs: dict[str, Any] | None = None  # where the upstream returned them
 
 
 @cache
@@ -126,7 +129,7 @@ def sampling_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def complete(
     *,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     model: str,
     params: dict[str, Any],
     api_base: str = "",
@@ -175,6 +178,9 @@ def _call_options(
 ) -> dict[str, Any]:
     structured = {} if response_format is None else {"response_format": response_format}
     return {
+        # Tools here are the caller's functions, passed on: never litellm's own MCP servers,
+        # whose handler (litellm's proxy) it would otherwise load for any call with tools.
+        "_skip_mcp_handler": True,
         **structured,
         "api_base": api_base or settings.LLM_API_BASE or None,
         "api_key": api_key_for(api_base),
@@ -197,14 +203,17 @@ def _failure(error: Exception) -> LLMError:
 
 async def acomplete(
     *,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     model: str,
     params: dict[str, Any],
     api_base: str = "",
     response_format: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
     mock_response: str | None = None,
 ) -> Completion:
-    """`complete` for an event loop (the gateway): many calls wait at once in one thread."""
+    """`complete` for an event loop (the gateway): many calls wait at once in one thread.
+    `options`: a caller's tool and output fields (tools, tool_choice, response_format, …),
+    passed on as they are."""
     litellm = _litellm()
     started = time.monotonic()
     try:
@@ -212,6 +221,7 @@ async def acomplete(
             model=model,
             messages=messages,
             **_call_options(params, api_base, response_format),
+            **(options or {}),
             **_extra(mock_response),
         )
     except Exception as error:
@@ -222,7 +232,7 @@ async def acomplete(
 
 async def acomplete_n(
     *,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     model: str,
     params: dict[str, Any],
     n: int,
@@ -252,7 +262,7 @@ async def acomplete_n(
 class Call:
     """One chat completion to make: what `complete` takes."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     model: str
     params: dict[str, Any]
     api_base: str = ""
@@ -402,15 +412,17 @@ class Stream:
     `prompt_tokens` and `completion_tokens` hold the usage (estimated if the model sent none).
     A failure before or during the stream raises LLMError."""
 
-    def __init__(self, *, messages: list[dict[str, str]], chunks: AsyncIterator[Any]) -> None:
+    def __init__(self, *, messages: list[dict[str, Any]], chunks: AsyncIterator[Any]) -> None:
         self._messages = messages
         self._chunks = chunks
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.text = ""
         self.finish_reason = "stop"
+        self.tool_calls: list[dict[str, Any]] = []  # assembled from the deltas, by index
 
-    async def __aiter__(self) -> AsyncIterator[str]:
+    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+        """Each delta to pass on, in OpenAI's shape: {"content": …} or {"tool_calls": […]}."""
         try:
             async for chunk in self._chunks:
                 usage = getattr(chunk, "usage", None)
@@ -425,21 +437,62 @@ class Stream:
                 if piece:
                     piece = piece.replace("\x00", "")
                     self.text += piece
-                    yield piece
+                    yield {"content": piece}
+                calls = [
+                    _tool_call_delta(call) for call in getattr(delta, "tool_calls", None) or []
+                ]
+                if calls:
+                    self._assemble(calls)
+                    yield {"tool_calls": calls}
         except Exception as error:
             raise _failure(error) from error
+        if self.tool_calls and self.finish_reason == "stop":
+            self.finish_reason = "tool_calls"  # some servers say "stop" after tool calls
         if not self.prompt_tokens:
-            self.prompt_tokens = sum(count_tokens(m.get("content", "")) for m in self._messages)
-        if not self.completion_tokens and self.text:
-            self.completion_tokens = count_tokens(self.text)
+            self.prompt_tokens = sum(count_tokens(_text_of(m)) for m in self._messages)
+        if not self.completion_tokens and (self.text or self.tool_calls):
+            self.completion_tokens = count_tokens(self.text + json.dumps(self.tool_calls))
+
+    def _assemble(self, deltas: list[dict[str, Any]]) -> None:
+        for delta in deltas:
+            index = int(delta.get("index") or 0)
+            while len(self.tool_calls) <= index:
+                empty = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+                self.tool_calls.append(empty)
+            call = self.tool_calls[index]
+            call["id"] = delta.get("id") or call["id"]
+            function = delta.get("function") or {}
+            call["function"]["name"] += function.get("name") or ""
+            call["function"]["arguments"] += function.get("arguments") or ""
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
+
+
+def _tool_call_delta(call: Any) -> dict[str, Any]:
+    """A streamed tool call's piece as OpenAI streams it: index, and what this piece adds."""
+    function = getattr(call, "function", None)
+    delta: dict[str, Any] = {"index": int(getattr(call, "index", 0) or 0)}
+    if getattr(call, "id", None):
+        delta["id"] = str(call.id)
+        delta["type"] = "function"
+    pieces = {
+        "name": getattr(function, "name", None),
+        "arguments": getattr(function, "arguments", None),
+    }
+    delta["function"] = {key: str(value) for key, value in pieces.items() if value is not None}
+    return delta
 
 
 async def astream(
     *,
-    messages: list[dict[str, str]],
+    messages: list[dict[str, Any]],
     model: str,
     params: dict[str, Any],
     api_base: str = "",
+    options: dict[str, Any] | None = None,
     mock_response: str | None = None,
 ) -> Stream:
     """Starts a streamed completion. Connection and request errors raise here, before
@@ -453,6 +506,7 @@ async def astream(
             stream=True,
             stream_options={"include_usage": True},
             **_call_options(params, api_base),
+            **(options or {}),
             **extra,
         )
     except Exception as error:
@@ -473,13 +527,14 @@ def _completions_from(response: Any, *, model: str, latency_ms: int) -> list[Com
     try:
         choices = list(response.choices)
         contents = [choice.message.content for choice in choices]
+        tool_calls = [_tool_calls_of(choice.message) for choice in choices]
     except (AttributeError, TypeError) as error:
         raise PermanentLLMError("The model's answer had no message in it.") from error
     if not choices:
         raise PermanentLLMError("The model's answer had no message in it.")
     # An answer is untrusted text: PostgreSQL cannot store NUL, and no reader needs one.
     texts = [c.replace("\x00", "").strip() if isinstance(c, str) else "" for c in contents]
-    if not all(texts):
+    if not all(text or calls for text, calls in zip(texts, tool_calls, strict=True)):
         raise PermanentLLMError("The model returned an empty answer.")
     usage = getattr(response, "usage", None)
     reported = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -494,10 +549,35 @@ def _completions_from(response: Any, *, model: str, latency_ms: int) -> list[Com
             completion_tokens=answer_tokens,
             cost_usd=cost * answer_tokens / max(1, sum(tokens)),
             latency_ms=latency_ms,
-            finish_reason=str(choice.finish_reason or "stop"),
+            finish_reason=str(choice.finish_reason or ("tool_calls" if calls else "stop")),
+            tool_calls=calls,
+            logprobs=_plain(getattr(choice, "logprobs", None)),
         )
-        for text, choice, answer_tokens in zip(texts, choices, tokens, strict=True)
+        for text, choice, answer_tokens, calls in zip(
+            texts, choices, tokens, tool_calls, strict=True
+        )
     ]
+
+
+def _tool_calls_of(message: Any) -> tuple[dict[str, Any], ...]:
+    return tuple(
+        {
+            "id": str(call.id),
+            "type": "function",
+            "function": {
+                "name": str(call.function.name),
+                "arguments": str(call.function.arguments or ""),
+            },
+        }
+        for call in getattr(message, "tool_calls", None) or []
+    )
+
+
+def _plain(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    dumped = value.model_dump() if hasattr(value, "model_dump") else value
+    return dumped if isinstance(dumped, dict) else None
 
 
 def _in_chain(error: BaseException, *kinds: type[BaseException]) -> bool:

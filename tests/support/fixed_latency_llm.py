@@ -52,21 +52,44 @@ class FixedLatencyLLM:
 
     @staticmethod
     def _events(answer: dict[str, Any]) -> bytes:
-        """The answer as server-sent events, a word a chunk, then its usage, as OpenAI streams."""
-        words = answer["choices"][0]["message"]["content"].split(" ")
+        """The answer as server-sent events, a word a chunk (a tool call: its name, then its
+        arguments in two pieces), then its usage, as OpenAI streams."""
+        message = answer["choices"][0]["message"]
         base = {key: answer[key] for key in ("id", "created", "model")}
         base["object"] = "chat.completion.chunk"
-        chunks = [
-            {**base, "choices": [{"index": 0, "delta": {"content": (" " if i else "") + word}}]}
-            for i, word in enumerate(words)
+        deltas: list[dict[str, Any]] = [
+            {"content": (" " if i else "") + word}
+            for i, word in enumerate((message["content"] or "").split(" "))
+            if message["content"]
         ]
-        chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        for index, call in enumerate(message.get("tool_calls") or []):
+            arguments = call["function"]["arguments"]
+            half = len(arguments) // 2
+            deltas.append(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": call["id"],
+                            "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
+            for piece in (arguments[:half], arguments[half:]):
+                deltas.append({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+        chunks = [{**base, "choices": [{"index": 0, "delta": delta}]} for delta in deltas]
+        finish = answer["choices"][0]["finish_reason"]
+        chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         chunks.append({**base, "choices": [], "usage": answer["usage"]})
         lines = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
         return "".join(lines).encode()
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
-        """As OpenAI answers: `n` choices (1 by default), each a distinct text."""
+        """As OpenAI answers: `n` choices (1 by default), each a distinct text. Offered tools,
+        it calls the first with the question as `query`; given a tool's result, it answers
+        with that result."""
         wanted = max(1, int(request.get("n") or 1))
         with self._lock:
             self.calls += 1
@@ -74,6 +97,11 @@ class FixedLatencyLLM:
             numbers = [next(self._counter) for _ in range(wanted)]
         messages = request.get("messages") or [{}]
         question = str(messages[-1].get("content", ""))[:200]
+        tools = request.get("tools") or []
+        if tools and request.get("tool_choice") != "none" and messages[-1].get("role") != "tool":
+            return self._tool_call(request, numbers[0], tools[0]["function"]["name"], question)
+        if messages[-1].get("role") == "tool":
+            question = f"tool result {question}"
         return {
             "id": f"chatcmpl-{numbers[0]}",
             "object": "chat.completion",
@@ -95,6 +123,28 @@ class FixedLatencyLLM:
                 "completion_tokens": 12 * wanted,
                 "total_tokens": 10 + 12 * wanted,
             },
+        }
+
+    @staticmethod
+    def _tool_call(request: dict[str, Any], number: int, tool: str, query: str) -> dict[str, Any]:
+        call = {
+            "id": f"call_{number}",
+            "type": "function",
+            "function": {"name": tool, "arguments": json.dumps({"query": query})},
+        }
+        return {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model", "fixed-latency"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22},
         }
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:

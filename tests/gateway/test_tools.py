@@ -1,0 +1,182 @@
+"""Tools through the gateway, as agents use them: OpenAI's own client and LangGraph's ReAct
+agent (its own tool loop, unchanged) against the real gateway process, plain and streamed,
+with the fixed-latency endpoint as the upstream (it calls the first tool it is offered, then
+answers with the tool's result)."""
+
+import json
+from typing import Any
+
+import pytest
+
+from icrlhf.gateway.models import Call
+from icrlhf.memory.models import Example
+from tests.conftest import GatewayProcess, wait_for
+from tests.factories import QueueFactory
+from tests.gateway.test_endpoint import CARD, client_for, decided_in_workbench
+from tests.support.fixed_latency_llm import FixedLatencyLLM
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+ORDER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "look_up_order",
+        "description": "Find an order by what the customer says about it.",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+        },
+        "strict": True,
+    },
+}
+QUESTION = "Where is order 1234?"
+
+
+def test_a_tool_loop_plain_and_streamed_through_the_openai_client(
+    gateway_process: GatewayProcess, fixed_llm: FixedLatencyLLM
+) -> None:
+    queue = QueueFactory()
+    client = client_for(gateway_process, queue)
+    asked = [{"role": "user", "content": QUESTION}]
+
+    first = client.chat.completions.create(
+        model=queue.slug,
+        messages=asked,
+        tools=[ORDER_TOOL],
+        tool_choice="auto",
+        parallel_tool_calls=False,
+        seed=7,
+        stop=["\n\n"],
+        user="customer-42",
+        metadata={"run": "r1"},
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content is None
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "look_up_order"
+    assert json.loads(call.function.arguments) == {"query": QUESTION}
+    sent = fixed_llm.last_request
+    assert sent["tools"][0]["function"]["name"] == "look_up_order"
+    assert sent["tools"][0]["function"]["strict"] is True
+    assert (sent["tool_choice"], sent["parallel_tool_calls"]) == ("auto", False)
+    assert (sent["seed"], sent["stop"]) == (7, ["\n\n"])
+    # `user` goes to litellm, which passes it to the providers it knows take it (OpenAI's own
+    # models); for a custom OpenAI-compatible endpoint it drops it (BerriAI/litellm#25753).
+
+    # The application runs the tool and sends its result back: the next step answers it.
+    result = {"role": "tool", "tool_call_id": call.id, "content": "Shipped on Monday."}
+    turns = [*asked, choice.message.model_dump(exclude_none=True), result]
+    second = client.chat.completions.create(model=queue.slug, messages=turns, tools=[ORDER_TOOL])
+    assert second.choices[0].finish_reason == "stop"
+    assert "tool result Shipped on Monday." in (second.choices[0].message.content or "")
+    upstream_turns = fixed_llm.last_request["messages"]
+    assert upstream_turns[-2]["tool_calls"][0]["id"] == call.id  # the turns, as they were
+    assert upstream_turns[-1] == {
+        "role": "tool",
+        "content": "Shipped on Monday.",
+        **{"tool_call_id": call.id},
+    }
+
+    # Streamed: the tool call arrives as OpenAI's deltas, its arguments in pieces.
+    chunks = list(
+        client.chat.completions.create(
+            model=queue.slug, messages=asked, tools=[ORDER_TOOL], stream=True
+        )
+    )
+    deltas = [d for c in chunks if c.choices for d in (c.choices[0].delta.tool_calls or [])]
+    assert deltas[0].id and deltas[0].function and deltas[0].function.name == "look_up_order"
+    arguments = "".join(d.function.arguments or "" for d in deltas if d.function)
+    assert json.loads(arguments) == {"query": QUESTION}
+    assert len(deltas) >= 3
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "tool_calls"
+
+    wait_for(lambda: queue.calls.count() == 3, what="three calls logged")
+    logged = queue.calls.filter(stream=True).get()
+    assert "look_up_order" in logged.answer_text
+    assert not queue.calls.exclude(capture=Call.Capture.NONE).exists()
+
+
+def test_structured_output_and_logprobs_pass_through(
+    gateway_process: GatewayProcess, fixed_llm: FixedLatencyLLM
+) -> None:
+    queue = QueueFactory()
+    schema = {
+        "name": "answer",
+        "strict": True,
+        "schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+    }
+    client_for(gateway_process, queue).chat.completions.create(
+        model=queue.slug,
+        messages=[{"role": "user", "content": QUESTION}],
+        response_format={"type": "json_schema", "json_schema": schema},
+        logprobs=True,
+        top_logprobs=2,
+    )
+    sent = fixed_llm.last_request
+    assert sent["response_format"] == {"type": "json_schema", "json_schema": schema}
+    assert (sent["logprobs"], sent["top_logprobs"]) == (True, 2)
+
+
+def test_a_memory_answer_is_never_replayed_to_a_call_that_offers_tools(
+    gateway_process: GatewayProcess, fixed_llm: FixedLatencyLLM
+) -> None:
+    queue = QueueFactory(n_candidates=2, memory_candidates=0, memory_answer_threshold=0.9)
+    client = client_for(gateway_process, queue)
+    preferred = decided_in_workbench(queue, CARD).examples.get(role=Example.Role.PREFERRED)
+    plain = client.chat.completions.with_raw_response.create(
+        model=queue.slug, messages=[{"role": "user", "content": CARD}]
+    )
+    assert plain.headers["X-Icrlhf-Source"] == "memory"
+
+    calls_before = fixed_llm.calls
+    with_tools = client.chat.completions.with_raw_response.create(
+        model=queue.slug, messages=[{"role": "user", "content": CARD}], tools=[ORDER_TOOL]
+    )
+    assert with_tools.headers["X-Icrlhf-Source"] == "model"
+    assert with_tools.parse().choices[0].message.tool_calls
+    structured = client.chat.completions.with_raw_response.create(
+        model=queue.slug,
+        messages=[{"role": "user", "content": CARD}],
+        response_format={"type": "json_object"},
+    )
+    assert structured.headers["X-Icrlhf-Source"] == "model"
+    assert fixed_llm.calls == calls_before + 2
+    assert preferred.output_text not in (structured.parse().choices[0].message.content or "")
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_langgraphs_react_agent_runs_its_tool_loop_through_the_gateway(
+    gateway_process: GatewayProcess, streaming: bool
+) -> None:
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+
+    looked_up: list[str] = []
+
+    @tool
+    def look_up_order(query: str) -> str:
+        """Find an order by what the customer says about it."""
+        looked_up.append(query)
+        return "Shipped on Monday."
+
+    queue = QueueFactory()
+    client = client_for(gateway_process, queue)
+    model = ChatOpenAI(
+        model=queue.slug,
+        base_url=gateway_process.base_url,
+        api_key=client.api_key,
+        streaming=streaming,
+        max_retries=0,
+    )
+    agent: Any = create_react_agent(model, [look_up_order])
+    state = agent.invoke({"messages": [("user", QUESTION)]})
+
+    assert looked_up == [QUESTION]  # the agent's own loop ran the tool the gateway relayed
+    kinds = [message.type for message in state["messages"]]
+    assert kinds == ["human", "ai", "tool", "ai"]
+    assert "tool result Shipped on Monday." in state["messages"][-1].content
+    wait_for(lambda: queue.calls.count() == 2, what="both steps logged")
+    assert set(queue.calls.values_list("stream", flat=True)) == {streaming}
