@@ -304,8 +304,13 @@ def _response_format(call: Call) -> dict[str, Any] | None:
 
 
 def _refuses_structure(error: PermanentLLMError) -> bool:
+    """The endpoint refused structured output itself: litellm knows the provider lacks it, or
+    the server names the field. Any other bad request (one that merely mentions a schema)
+    does not turn structured output off for the endpoint."""
+    if _in_chain(error, _litellm().UnsupportedParamsError):
+        return True
     said = str(error).lower()
-    return any(word in said for word in ("response_format", "json_schema", "schema", "grammar"))
+    return "response_format" in said or "json_schema" in said
 
 
 async def _structured_or_not[T](

@@ -98,3 +98,25 @@ def test_an_endpoint_that_refuses_structured_output_is_asked_without_it_from_the
         assert len([r for r in server.requests if "response_format" in r]) == 1  # remembered
     finally:
         server.stop()
+
+
+class SchemaWordsLLM(TriageLLM):
+    """A test double whose bad-request errors merely mention a schema (its chat template's)."""
+
+    def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
+        self.requests.append(request)
+        return 400, b'{"error": {"message": "messages do not match the template schema"}}'
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("forget_endpoints")
+def test_another_bad_request_does_not_turn_structured_output_off() -> None:
+    server = SchemaWordsLLM(latency_s=0).start()
+    try:
+        queue = QueueFactory(kind="triage", categories=["card_arrival"])
+        _generate(queue, server)
+        _generate(queue, server)
+        assert server.requests and all("response_format" in r for r in server.requests)
+        assert not llm._no_structured_output
+    finally:
+        server.stop()
