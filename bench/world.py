@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -174,6 +175,27 @@ def world(name: str, *, database_url: str = "", **env: str) -> Iterator[World]:
             yield here
         finally:
             here.stack.stop()
+
+
+def inside_with_local_llm(command: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Runs `command`'s measurement inside a world whose worker calls the real local LLM
+    (started here, unless `llm_api_base` names one already running), and adds the minutes
+    the whole run took."""
+    started = time.monotonic()
+    llm = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
+    try:
+        api_base = options["llm_api_base"]
+        if not api_base:
+            api_base = f"http://127.0.0.1:{free_port()}/v1"
+            llm.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
+        name = command.replace("_", "-")
+        with world(name, LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2") as here:
+            here.worker(concurrency=4)
+            result = dict(here.inside(command, options))
+    finally:
+        llm.stop()
+    result["minutes"] = round((time.monotonic() - started) / 60, 1)
+    return result
 
 
 class WorldCommand(BaseCommand):

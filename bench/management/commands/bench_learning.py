@@ -10,7 +10,6 @@ and the largest of them, the held-out messages are generated again at each swept
 similarity, and the default minimum is chosen from that sweep."""
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,7 @@ from django.conf import settings
 from django.core.management.base import CommandParser
 
 from bench.learning import MINIMUM_TOLERANCE, SERIES, confidence_curve_svg, curve_svg
-from bench.world import WorldCommand, world
-from icrlhf.ops.stack import Stack, free_port
+from bench.world import WorldCommand, inside_with_local_llm
 from icrlhf.queues.models import Queue
 
 # Columns of the printed table: the charted rates, then the ceiling of what memory can offer.
@@ -104,20 +102,7 @@ class Command(WorldCommand):
         parser.add_argument("--out", default=str(settings.VAR_DIR / "bench" / "learning"))
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
-        started = time.monotonic()
-        llm = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
-        try:
-            api_base = options["llm_api_base"]
-            if not api_base:
-                api_base = f"http://127.0.0.1:{free_port()}/v1"
-                llm.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
-            with world("bench-learning", LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2") as here:
-                here.worker(concurrency=4)
-                result = dict(here.inside("bench_learning", options))
-        finally:
-            llm.stop()
-        result["minutes"] = round((time.monotonic() - started) / 60, 1)
-        return result
+        return inside_with_local_llm("bench_learning", options)
 
     def measure(self, options: dict[str, Any]) -> dict[str, Any]:
         from bench.learning_run import measure

@@ -11,14 +11,11 @@
 Tickets are the Banking77 message as the body and its first five words as the subject, as
 the demo seeds them."""
 
-import time
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import CommandParser
 
-from bench.world import WorldCommand, world
-from icrlhf.ops.stack import Stack, free_port
+from bench.world import WorldCommand, inside_with_local_llm
 
 
 class Command(WorldCommand):
@@ -33,20 +30,7 @@ class Command(WorldCommand):
         parser.add_argument("--llm-api-base", default="", help="Default: start the local LLM.")
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
-        started = time.monotonic()
-        llm = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
-        try:
-            api_base = options["llm_api_base"]
-            if not api_base:
-                api_base = f"http://127.0.0.1:{free_port()}/v1"
-                llm.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
-            with world("bench-triage", LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2") as here:
-                here.worker(concurrency=4)
-                result = dict(here.inside("bench_triage", options))
-        finally:
-            llm.stop()
-        result["minutes"] = round((time.monotonic() - started) / 60, 1)
-        return result
+        return inside_with_local_llm("bench_triage", options)
 
     def measure(self, options: dict[str, Any]) -> dict[str, Any]:
         from bench.triage_run import measure
