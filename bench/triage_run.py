@@ -78,7 +78,9 @@ def _valid(items: list[Item]) -> dict[str, Any]:
         "failed_calls": len(candidates) - len(answered),
         "valid": valid,
         "valid_share": valid / len(answered) if answered else 0.0,
-        "invalid_examples": [c.parse_error for c in answered if not c.fields][:5],
+        "invalid_examples": [f"{c.parse_error} {c.text[:300]!r}" for c in answered if not c.fields][
+            :5
+        ],
     }
 
 

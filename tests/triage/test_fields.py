@@ -19,6 +19,8 @@ CATEGORIES = ["card_arrival", "lost_or_stolen_card", "exchange_rate", "pin_block
         '{"Category": "card_arival", "Priority": "high", "Reply": "It is on its way."}',
         # Cut off at the token limit before its closing brace: still read, line by line.
         '{\n  "category": "card_arrival",\n  "priority": "high",\n  "reply": "It is on its way.',
+        # The same on one line, as a grammar writes it: closed where it was cut.
+        '{"category": "card_arrival", "priority": "high", "reply": "It is on its way.',
     ],
 )
 def test_the_models_formatting_is_tolerated(answer: str) -> None:

@@ -89,10 +89,13 @@ def fields_validate(
 
 def _json_object(text: str) -> dict[str, object] | None:
     start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
+    if start < 0:
         return None
-    raw = text[start : end + 1]
-    for attempt in (raw, re.sub(r",\s*([}\]])", r"\1", raw.replace("'", '"'))):
+    raw = text[start : end + 1] if end > start else ""
+    attempts = [raw, re.sub(r",\s*([}\]])", r"\1", raw.replace("'", '"'))] if raw else []
+    # An answer cut at the token limit inside its reply: closed here, the reply as far as it got.
+    attempts += [text[start:] + '"}', text[start:] + "}"]
+    for attempt in attempts:
         try:
             value = json.loads(attempt)
         except (json.JSONDecodeError, RecursionError):  # a model's answer is untrusted
