@@ -1,6 +1,7 @@
 """Settings, read from environment variables (every one is documented in the README)."""
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,30 @@ def env_float(name: str, default: float) -> float:
 
 def env_list(name: str, default: str) -> list[str]:
     return [part.strip() for part in os.environ.get(name, default).split(",") if part.strip()]
+
+
+def llm_endpoints(raw: str) -> dict[str, dict[str, str]]:
+    """LLM_ENDPOINTS read and checked: name → model, api_base and key (from `key_env`)."""
+    try:
+        listed = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as error:
+        raise ImproperlyConfigured(f"LLM_ENDPOINTS must be a JSON object: {error}") from error
+    if not isinstance(listed, dict):
+        raise ImproperlyConfigured("LLM_ENDPOINTS must be a JSON object of named endpoints.")
+    endpoints = {}
+    for name, entry in listed.items():
+        if name == "default":
+            raise ImproperlyConfigured("LLM_ENDPOINTS: “default” is the install's own endpoint.")
+        if not (isinstance(entry, dict) and entry.get("model") and entry.get("api_base")):
+            raise ImproperlyConfigured(
+                f"LLM_ENDPOINTS[{name!r}] needs a `model` and an `api_base` (and a `key_env`)."
+            )
+        endpoints[str(name)] = {
+            "model": str(entry["model"]),
+            "api_base": str(entry["api_base"]).rstrip("/"),
+            "key": os.environ.get(str(entry.get("key_env") or ""), ""),
+        }
+    return endpoints
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -281,15 +306,14 @@ CELERY_TASK_ROUTES = {
 LLM_MODEL = env_str("LLM_MODEL", "openai/smollm2")
 LLM_API_BASE = env_str("LLM_API_BASE", "http://127.0.0.1:8081/v1")
 LLM_API_KEY = env_str("LLM_API_KEY", "local")
-# LLM_API_KEY goes to LLM_API_BASE only. A queue that names another endpoint is sent the key
-# given for it here ("https://host/v1=ENV_VAR_HOLDING_ITS_KEY", comma-separated), else none:
-# whoever may edit a queue cannot point it at their own server and receive the install's key.
-LLM_ENDPOINT_KEYS = {
-    base.strip().rstrip("/"): os.environ.get(variable.strip(), "")
-    for base, _, variable in (
-        pair.rpartition("=") for pair in env_list("LLM_ENDPOINT_KEYS", "") if "=" in pair
-    )
-}
+# The endpoints a queue may call, by name: the install's own ("default": LLM_MODEL at
+# LLM_API_BASE with LLM_API_KEY), and those LLM_ENDPOINTS adds, as JSON:
+#   {"openai": {"model": "openai/gpt-4o-mini", "api_base": "https://api.openai.com/v1",
+#               "key_env": "OPENAI_API_KEY"}}
+# Each key is read from the variable its `key_env` names and goes to that endpoint only. A
+# queue picks an endpoint by name, and only superusers pick: whoever may edit a queue cannot
+# point it at their own server and receive a key.
+LLM_ENDPOINTS = llm_endpoints(env_str("LLM_ENDPOINTS", ""))
 LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 60.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3)
 # How often the sweeper looks for generations a dead worker or a lost message left behind.

@@ -158,15 +158,30 @@ def complete(
 NO_KEY = "no-key-for-this-endpoint"
 
 
+def endpoints() -> dict[str, dict[str, str]]:
+    """The endpoints a queue may call, by name: the install's own first."""
+    own = {"model": settings.LLM_MODEL, "api_base": settings.LLM_API_BASE}
+    return {"default": {**own, "key": settings.LLM_API_KEY}, **settings.LLM_ENDPOINTS}
+
+
 def api_key_for(api_base: str) -> str | None:
-    """The install's key for its own endpoint (None: litellm reads the provider's key from
-    the environment, as the install intends); for another endpoint the key configured for it
-    (LLM_ENDPOINT_KEYS), else none at all: a queue never receives the install's key."""
-    own = settings.LLM_API_BASE.rstrip("/")
-    wanted = (api_base or own).rstrip("/")
-    if wanted == own:
-        return settings.LLM_API_KEY or None
-    return settings.LLM_ENDPOINT_KEYS.get(wanted) or NO_KEY
+    """The key of the named endpoint at this base URL (LLM_ENDPOINTS; empty: the install's
+    own), else none at all: a key goes to its own endpoint only. None: litellm reads the
+    provider's key from the environment, as an install without LLM_API_KEY intends."""
+    wanted = (api_base or settings.LLM_API_BASE).rstrip("/")
+    for endpoint in endpoints().values():
+        if endpoint["api_base"].rstrip("/") == wanted:
+            return endpoint["key"] or None
+    return NO_KEY
+
+
+def endpoint_named(api_base: str, model: str) -> str:
+    """The name of the endpoint a queue's model and base URL stand for ("" if none)."""
+    wanted = ((api_base or settings.LLM_API_BASE).rstrip("/"), model or settings.LLM_MODEL)
+    for name, endpoint in endpoints().items():
+        if (endpoint["api_base"].rstrip("/"), endpoint["model"]) == wanted:
+            return name
+    return ""
 
 
 def _extra(mock_response: str | None) -> dict[str, Any]:

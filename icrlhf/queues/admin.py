@@ -1,3 +1,4 @@
+import copy
 from typing import Any
 
 from django import forms
@@ -5,6 +6,7 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest
 
+from icrlhf.integrations import llm
 from icrlhf.queues.access import can_curate, is_admin, queues_visible, role_in
 from icrlhf.queues.admin_scope import QueueScopedAdmin
 from icrlhf.queues.models import Item, Membership, Queue
@@ -21,12 +23,43 @@ class QueueAdminForm(forms.ModelForm[Queue]):
         "again once saved; leave empty to keep the current one.",
     )
 
+    # Where the prompts (and a key) go: one of the install's named endpoints (LLM_ENDPOINTS).
+    endpoint = forms.ChoiceField(
+        required=False,
+        help_text="The install's endpoints (LLM_ENDPOINTS); only superusers choose.",
+    )
+
     class Meta:
         model = Queue
         fields = "__all__"  # noqa: DJ007 (the admin's form: the admin chooses the fields)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        current = llm.endpoint_named(self.instance.api_base, self.instance.model)
+        choices = [
+            (name, f"{name}: {endpoint['model']} at {endpoint['api_base']}")
+            for name, endpoint in llm.endpoints().items()
+        ]
+        if not current and self.instance.pk:  # set outside the list (a shell): kept as it is
+            choices.insert(0, ("", f"as set: {self.instance.model} at {self.instance.api_base}"))
+        field = self.fields["endpoint"]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = choices
+        field.initial = current or ("" if self.instance.pk else "default")
+
     def clean_webhook_secret(self) -> str:
         return str(self.cleaned_data.get("webhook_secret") or self.instance.webhook_secret)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        name = str(cleaned.get("endpoint") or "")
+        chosen = llm.endpoints().get(name)
+        if chosen is not None and "endpoint" in self.changed_data:
+            # The install's own is stored empty, so that it follows LLM_MODEL and LLM_API_BASE.
+            own = name == "default"
+            self.instance.model = "" if own else chosen["model"]
+            self.instance.api_base = "" if own else chosen["api_base"]
+        return cleaned
 
 
 class MembershipInline(admin.TabularInline[Membership, Queue]):
@@ -75,11 +108,20 @@ class QueueAdmin(QueueScopedAdmin[Queue]):
     readonly_fields = ["guidelines_version"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        # Where the prompts (and a key) go is the install's choice: superusers only.
-        fields = list(super().get_readonly_fields(request, obj))
+        # Where the prompts (and a key) go is the install's choice, made by name (the form's
+        # endpoint), by superusers only.
+        return [*super().get_readonly_fields(request, obj), "model", "api_base"]
+
+    def get_form(
+        self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
         if not getattr(request.user, "is_superuser", False):
-            fields += ["model", "api_base"]
-        return fields
+            # A copy: the declared field is shared by every form class built from this one.
+            field = copy.deepcopy(form.base_fields["endpoint"])
+            field.disabled = True  # shown, never taken from a post
+            form.base_fields["endpoint"] = field
+        return form
 
     def save_model(self, request: HttpRequest, obj: Queue, form: Any, change: bool) -> None:
         queue_save(queue=obj, actor=request.user)  # type: ignore[arg-type]

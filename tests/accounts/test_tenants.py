@@ -3,20 +3,23 @@ their migration from install-wide groups), token scopes, a token shown through t
 only, and claims that only a POST takes."""
 
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.apps import apps
+from django.contrib.admin.sites import site
 from django.contrib.auth.models import Group, Permission
-from django.test import Client
+from django.forms.models import model_to_dict
+from django.test import Client, RequestFactory
 
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.integrations import llm, vectors
 from icrlhf.memory import index
 from icrlhf.memory.selectors import examples_recall
 from icrlhf.queues.access import can_curate, can_review, role_in
-from icrlhf.queues.models import Membership
+from icrlhf.queues.models import Membership, Queue
 from icrlhf.review.models import Claim
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 from tests.memory.test_memory import remember
@@ -157,18 +160,20 @@ def test_opening_an_item_claims_nothing_and_the_pages_post_does(queue: Any, user
 
 
 def test_the_installs_key_goes_to_its_own_endpoint_only(settings: Any) -> None:
-    """A queue pointed at someone's server (its api_base) is sent no key, or the key the
-    install configured for that server; never LLM_API_KEY. Through litellm's real HTTP path."""
+    """A queue pointed at someone's server (its api_base) is sent no key, or the key of the
+    named endpoint at that address; never LLM_API_KEY. Through litellm's real HTTP path."""
     own, stranger = FixedLatencyLLM(latency_s=0).start(), FixedLatencyLLM(latency_s=0).start()
     try:
         settings.LLM_API_BASE, settings.LLM_API_KEY = own.api_base, "install-secret"
-        settings.LLM_ENDPOINT_KEYS = {}
+        settings.LLM_ENDPOINTS = {}
         ask = {"messages": [{"role": "user", "content": "Hi"}], "model": "openai/m", "params": {}}
         llm.complete(**ask)
         assert own.last_authorization == "Bearer install-secret"
         llm.complete(**ask, api_base=stranger.api_base)
         assert stranger.last_authorization == f"Bearer {llm.NO_KEY}"
-        settings.LLM_ENDPOINT_KEYS = {stranger.api_base: "their-own-key"}
+        settings.LLM_ENDPOINTS = {
+            "theirs": {"model": "openai/m", "api_base": stranger.api_base, "key": "their-own-key"}
+        }
         llm.complete(**ask, api_base=stranger.api_base + "/")
         assert stranger.last_authorization == "Bearer their-own-key"
     finally:
@@ -176,16 +181,70 @@ def test_the_installs_key_goes_to_its_own_endpoint_only(settings: Any) -> None:
         stranger.stop()
 
 
-def test_only_a_superuser_points_a_queue_at_a_model_or_an_endpoint(queue: Any) -> None:
+def test_only_a_superuser_points_a_queue_at_one_of_the_installs_endpoints(
+    queue: Any, settings: Any
+) -> None:
+    settings.LLM_ENDPOINTS = {
+        "hosted": {"model": "openai/big", "api_base": "https://llm.example/v1", "key": "k"}
+    }
     curator = UserFactory(is_staff=True)
     curator.user_permissions.add(*Permission.objects.filter(codename__endswith="_queue"))
     queue.members.add(curator, through_defaults={"role": "curator"})
+    url = f"/admin/queues/queue/{queue.pk}/change/"
     client = Client()
     client.force_login(curator)
-    page = client.get(f"/admin/queues/queue/{queue.pk}/change/").content.decode()
+    page = client.get(url).content.decode()
     assert 'name="name"' in page  # the curator edits the queue…
     assert 'name="api_base"' not in page and 'name="model"' not in page  # …not where it calls
-    superuser = Client()
-    superuser.force_login(UserFactory(is_staff=True, is_superuser=True))
-    page = superuser.get(f"/admin/queues/queue/{queue.pk}/change/").content.decode()
-    assert 'name="api_base"' in page and 'name="model"' in page
+    assert "disabled" in page.split('name="endpoint"')[1].split(">")[0]
+    assert endpoint_posted(curator, queue, "hosted") == ("", "")  # disabled: never taken
+
+    superuser = UserFactory(is_staff=True, is_superuser=True)
+    admin_page = Client()
+    admin_page.force_login(superuser)
+    page = admin_page.get(url).content.decode()
+    assert 'name="api_base"' not in page  # a name from the list, never a typed address
+    assert "hosted: openai/big at https://llm.example/v1" in page
+    assert endpoint_posted(superuser, queue, "hosted") == ("openai/big", "https://llm.example/v1")
+    # The install's own is stored empty: it follows LLM_MODEL and LLM_API_BASE.
+    assert endpoint_posted(superuser, queue, "default") == ("", "")
+
+
+def endpoint_posted(user: Any, queue: Any, endpoint: str) -> tuple[str, str]:
+    """The queue's model and base URL after `user` saves its admin form with `endpoint`."""
+    request = RequestFactory().post("/")
+    request.user = user
+    queue_admin = site._registry[Queue]
+    form_class = queue_admin.get_form(request, queue, change=True)
+    data = {
+        key: json.dumps(value) if isinstance(value, list | dict) else value
+        for key, value in model_to_dict(queue).items()
+        if value is not None and key != "members"  # managed in the inline
+    }
+    form = form_class(data={**data, "endpoint": endpoint}, instance=queue)
+    assert form.is_valid(), form.errors
+    form.save()
+    queue.refresh_from_db()
+    return queue.model, queue.api_base
+
+
+def test_named_endpoints_are_read_and_checked_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from icrlhf.settings import llm_endpoints
+
+    monkeypatch.setenv("HOSTED_KEY", "sk-hosted")
+    listed = '{"hosted": {"model": "openai/big", "api_base": "https://llm.example/v1/", '
+    listed += '"key_env": "HOSTED_KEY"}}'
+    assert llm_endpoints(listed) == {
+        "hosted": {"model": "openai/big", "api_base": "https://llm.example/v1", "key": "sk-hosted"}
+    }
+    assert llm_endpoints("") == {}
+    for wrong, says in [
+        ("{not json", "must be a JSON object"),
+        ('["a"]', "must be a JSON object"),
+        ('{"x": {"model": "m"}}', "needs a `model` and an `api_base`"),
+        ('{"default": {"model": "m", "api_base": "http://h"}}', "the install's own"),
+    ]:
+        with pytest.raises(ImproperlyConfigured, match=says):
+            llm_endpoints(wrong)
