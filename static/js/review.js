@@ -392,6 +392,12 @@
     if (!card) card = f.querySelector("article.candidate.done");
     if (!card) return;
     const editor = card.querySelector("details.editor");
+    const category = document.getElementById("triage-category");
+    if (!editor && category) {  // triage: correct the picked candidate's fields, category first
+      if (!picked) pick(card.dataset.label);
+      category.focus();
+      return;
+    }
     if (!editor) return;
     editor.open = true;
     const radio = document.getElementById(editor.dataset.choice);

@@ -465,6 +465,31 @@ def test_triage_corrections_search_categories_and_start_from_an_invalid_answer(
     }
 
 
+def test_e_corrects_a_triage_candidates_category_in_four_keys_plus_typing(
+    live_server: Any, page: Page, reviewer: Any
+) -> None:
+    queue = QueueFactory(
+        kind="triage", members=[reviewer], categories=["card_arrival", "lost_or_stolen_card"]
+    )
+    valid = {"category": "card_arrival", "priority": "low", "reply": "It is on its way."}
+    (item,) = ready_items(queue, 1, [json.dumps(valid), json.dumps(valid)])
+    Candidate.objects.filter(generation__item=item).update(fields=valid)
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+
+    page.keyboard.press("1")
+    page.keyboard.press("e")  # to the category box, its value selected: typing replaces it
+    category = page.get_by_label("Category", exact=True)
+    expect(category).to_be_focused()
+    expect(category).to_have_value("card_arrival")
+    page.keyboard.type("stol")
+    page.keyboard.press("Enter")  # takes the highlighted match
+    page.keyboard.press("Control+Enter")
+    expect(page.get_by_text(f"Saved item {item.pk}: edited.")).to_be_visible()
+    decision = Decision.objects.standing().get(item=item)
+    assert decision.final_fields == {**valid, "category": "lost_or_stolen_card"}
+
+
 def test_the_small_things_a_reviewer_meets_all_day(
     live_server: Any, browser: Browser, reviewer: Any
 ) -> None:
