@@ -57,6 +57,16 @@ class Plan:
     # The caller's tool and output fields (tools, tool_choice, response_format, …), passed on.
     options: dict[str, Any] = field(default_factory=dict)
 
+    def upstream(self) -> dict[str, Any]:
+        """The LLM call's arguments, as llm.acomplete and llm.astream take them."""
+        return {
+            "messages": self.messages,
+            "model": self.model,
+            "params": self.params,
+            "api_base": self.api_base,
+            "options": self.options,
+        }
+
     @property
     def source(self) -> str:
         return Call.Source.MODEL if self.memory_answer is None else Call.Source.MEMORY
@@ -87,6 +97,7 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
     context = [m.upstream() for m in request.messages[:-1]]
     conversation = json.dumps([m.upstream() for m in request.messages])
     options = request.upstream_options()
+    uses_tools = _uses_tools(request)
     holdout = random.random() * 100 < queue.holdout_percent
     threshold = queue.memory_answer_threshold
     started = time.monotonic()
@@ -118,7 +129,7 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         # Review of tool-calling steps comes with trajectories: until then they are not sent.
         capture=(
             Call.Capture.NONE
-            if _uses_tools(request)
+            if uses_tools
             else capture_reason(queue=queue, top_score=top_score, memory=memory)
         ),
     )
@@ -132,7 +143,7 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
     nearest = max(servable, key=lambda r: r.score, default=None)
     # A stored answer is text: never served to a call that offers tools (it may need one)
     # or asks for a structured answer (the text need not fit its schema).
-    answerable = nearest is not None and not holdout and not _uses_tools(request)
+    answerable = nearest is not None and not holdout and not uses_tools
     answerable = answerable and "response_format" not in options
     if answerable and threshold is not None and nearest is not None and nearest.score >= threshold:
         return replace(retrieved, examples=[nearest], memory_answer=nearest.example.output_text)

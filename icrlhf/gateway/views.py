@@ -302,13 +302,7 @@ async def _answered(call: _Call) -> HttpResponse:
         try:
             completion = await _before_deadline(
                 call,
-                llm.acomplete(
-                    messages=plan.messages,
-                    model=plan.model,
-                    params=plan.params,
-                    api_base=plan.api_base,
-                    options=plan.options,
-                ),
+                llm.acomplete(**plan.upstream()),
             )
         except llm.LLMError as error:
             total_ms = _since(call.started)
@@ -383,13 +377,7 @@ async def _streamed(
             # Started here, so that a refused or failing upstream is still a proper status.
             stream = await _before_deadline(
                 call,
-                llm.astream(
-                    messages=plan.messages,
-                    model=plan.model,
-                    params=plan.params,
-                    api_base=plan.api_base,
-                    options=plan.options,
-                ),
+                llm.astream(**plan.upstream()),
             )
         except llm.LLMError as error:
             total_ms = _since(call.started)
