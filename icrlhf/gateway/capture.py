@@ -50,8 +50,13 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
             call.save(update_fields=["capture"])
             return None
         example_id = call.examples[0]["id"] if call.source == Call.Source.MEMORY else None
+        conversation = call.context
+        if not conversation or conversation[-1].get("role") not in ("user", "tool"):
+            # Logged before a call's last message was kept with the others.
+            conversation = [*conversation, {"role": "user", "content": call.request_text}]
         served = Served(
-            text=call.answer_text,
+            text=call.answer_text if not call.tool_calls else "",
+            tool_calls=call.tool_calls,
             model=call.model,
             example_id=uuid.UUID(example_id) if example_id else None,
             latency_ms=call.upstream_ms,
@@ -66,12 +71,11 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
                     created_by=None,
                     source=Item.Source.GATEWAY,
                     served=served,
-                    metadata={
-                        "call": str(call.pk),
-                        "holdout": call.holdout,
-                        # What the caller sent before its request, for reviewers to read.
-                        "conversation": call.context,
-                    },
+                    metadata={"call": str(call.pk), "holdout": call.holdout},
+                    # The N−1 other candidates answer the same conversation, with the same
+                    # tools and output format, as the one served.
+                    conversation=conversation,
+                    call_options=call.options,
                 )
         except ValidationError as error:  # e.g. a request longer than items may be
             call.capture = Call.Capture.NONE

@@ -38,12 +38,20 @@ class Call(models.Model):
     stream = models.BooleanField(default=False)
     status_code = models.PositiveSmallIntegerField(default=200)
     error = models.CharField(max_length=500, blank=True)
-    request_text = models.TextField(help_text="The last user message: the retrieval query.")
-    # What the caller sent before it (system messages, earlier turns), for reviewers.
+    request_text = models.TextField(
+        help_text="The decision point: the last user message, or the goal and the latest tool "
+        "result. The retrieval query."
+    )
+    # The caller's messages as sent upstream, the last one included (older rows: all but
+    # the last), so that a captured call's candidates answer the same conversation.
     context = models.JSONField(default=list, blank=True)
+    # The caller's tool and output fields (tools, tool_choice, response_format, …).
+    options = models.JSONField(default=dict, blank=True)
     # SHA-256 of the whole conversation: identical requests are captured once.
     request_hash = models.CharField(max_length=64, blank=True)
     answer_text = models.TextField(blank=True)
+    # The answer's tool calls, in OpenAI's shape (answer_text is then their text rendering).
+    tool_calls = models.JSONField(default=list, blank=True)
     # [{"id": example uuid, "score": cosine}], in prompt order; a memory answer names its one.
     examples = models.JSONField(default=list, blank=True)
     top_score = models.FloatField(null=True, blank=True)

@@ -14,13 +14,14 @@ from django.conf import settings
 
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
-from icrlhf.generation.prompts import PromptExample, messages_build
+from icrlhf.generation.prompts import PromptExample, conversation_prompt, messages_build
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.redaction import redact
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.kinds import kind_of
 from icrlhf.memory.selectors import Recall, RetrievedExample, examples_recall_anywhere
+from icrlhf.memory.signatures import PLAIN, Signature
 from icrlhf.queues.models import Queue
 
 logger = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class Plan:
 
     queue: Queue
     request_text: str
-    # The caller's messages before the last one, and a digest of the whole conversation.
+    # The caller's messages as sent upstream, and a digest of them.
     context: list[dict[str, Any]]
     request_hash: str
     memory: str  # a Call.Memory value
@@ -94,10 +95,9 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
     system prompt with its instructions and guidelines (then the caller's system message), the
     examples, then the caller's turns with their tool calls and results."""
     request_text = decision_point(request)
-    context = [m.upstream() for m in request.messages[:-1]]
-    conversation = json.dumps([m.upstream() for m in request.messages])
+    context = [m.upstream() for m in request.messages]
     options = request.upstream_options()
-    uses_tools = _uses_tools(request)
+    signature = Signature.of_options(options, after_tool_result=request.messages[-1].role == "tool")
     holdout = random.random() * 100 < queue.holdout_percent
     threshold = queue.memory_answer_threshold
     started = time.monotonic()
@@ -108,6 +108,7 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
             k=queue.k_examples,
             token_budget=queue.example_token_budget,
             pool=_ANSWER_POOL if threshold is not None else 0,
+            signature=signature,
         )
         memory = Call.Memory.USED if recall.examples or recall.neighbours else Call.Memory.EMPTY
     except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
@@ -120,18 +121,14 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         queue=queue,
         request_text=request_text,
         context=context,
-        request_hash=hashlib.sha256(conversation.encode()).hexdigest(),
+        request_hash=hashlib.sha256(json.dumps(context).encode()).hexdigest(),
         memory=memory,
         examples=[],
         retrieval_ms=retrieval_ms,
         top_score=top_score,
         holdout=holdout,
-        # Review of tool-calling steps comes with trajectories: until then they are not sent.
-        capture=(
-            Call.Capture.NONE
-            if uses_tools
-            else capture_reason(queue=queue, top_score=top_score, memory=memory)
-        ),
+        capture=capture_reason(queue=queue, top_score=top_score, memory=memory),
+        options=options,
     )
 
     # Served as is, with no one reviewing it: only an approved example, where the queue asks.
@@ -141,41 +138,27 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         if not queue.memory_answers_need_approval or r.example.approved_for_answers_at
     ]
     nearest = max(servable, key=lambda r: r.score, default=None)
-    # A stored answer is text: never served to a call that offers tools (it may need one)
-    # or asks for a structured answer (the text need not fit its schema).
-    answerable = nearest is not None and not holdout and not uses_tools
-    answerable = answerable and "response_format" not in options
+    # Only plain text is answered from memory (and only plain examples are found for it). A
+    # stored tool call is never replayed, even to a call with the same tools: its arguments
+    # were right for its own state (an order number, a path), and a similar state is not the
+    # same one; the model, shown the example, writes the call for this one.
+    answerable = nearest is not None and not holdout and signature == PLAIN
     if answerable and threshold is not None and nearest is not None and nearest.score >= threshold:
         return replace(retrieved, examples=[nearest], memory_answer=nearest.example.output_text)
     # A held-out call is retrieved for all the same (its coverage is measured alike), but
     # nothing retrieved reaches its prompt.
     in_prompt = [] if holdout else recall.examples
-    if (request.response_format and request.response_format.type != "text") or any(
-        m.role == "tool" for m in request.messages
-    ):
-        # Text examples would teach the wrong form where a schema is required, and a
-        # tool loop's next step is not a reply to the user.
-        in_prompt = []
-
-    system = "\n\n".join(
-        m.text for m in request.messages if m.role in ("system", "developer") and m.text.strip()
+    system_prompt, history, request_turn = conversation_prompt(
+        system_prompt=queue.system_prompt, conversation=context
     )
-    last = request.messages[-1]
-    turns = request.messages if last.role == "tool" else request.messages[:-1]
-    history = [m.upstream() for m in turns if m.role in ("user", "assistant", "tool")]
-    # The queue's system prompt stays first, whatever the caller sends: it is the curators'
-    # (what the queue answers, what it must not do); the caller's own system message follows.
-    system_prompt = queue.system_prompt.strip()
-    if system:
-        system_prompt = f"{system_prompt}\n\nThe application's instructions:\n{system}"
     messages = messages_build(
         system_prompt=system_prompt,
         instructions=kind_of(queue).instructions(queue),
         guidelines=queue.guidelines,
         guidelines_version=queue.guidelines_version,
-        examples=[PromptExample(r.example.input_text, r.example.output_text) for r in in_prompt],
+        examples=[PromptExample.of(r.example) for r in in_prompt],
         history=history,
-        request=None if last.role == "tool" else last.text,
+        request=request_turn,
         framing=queue.example_framing,
     )
     # The caller's sampling parameters, within the queue's limit on answer length.
@@ -189,12 +172,7 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         model=queue.model or settings.LLM_MODEL,
         api_base=queue.api_base,
         params=params,
-        options=options,
     )
-
-
-def _uses_tools(request: ChatRequest) -> bool:
-    return bool(request.tools) or any(m.role == "tool" or m.tool_calls for m in request.messages)
 
 
 def capture_reason(*, queue: Queue, top_score: float | None, memory: str) -> str:
@@ -219,6 +197,7 @@ def call_record(
     stream: bool,
     answer_text: str,
     total_ms: float,
+    tool_calls: list[dict[str, Any]] | None = None,
     upstream_ms: float | None = None,
     prompt_tokens: int = 0,
     completion_tokens: int = 0,
@@ -251,6 +230,8 @@ def call_record(
         context=context,
         request_hash=plan.request_hash,
         answer_text=answer_text,
+        tool_calls=tool_calls or [],
+        options=plan.options,
         examples=[{"id": str(r.example.pk), "score": round(r.score, 4)} for r in plan.examples],
         top_score=plan.top_score,
         model=model or plan.model or Call.Source.MEMORY,

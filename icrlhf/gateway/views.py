@@ -323,6 +323,7 @@ async def _answered(call: _Call) -> HttpResponse:
     recorded = await _blocking(
         call.record(
             answer_text=_logged_answer(text, tool_calls),
+            tool_calls=tool_calls,
             total_ms=total_ms,
             upstream_ms=upstream_ms,
             prompt_tokens=usage["prompt_tokens"],
@@ -444,6 +445,7 @@ async def _streamed(
             # be written.
             outcome = call.record(
                 answer_text=_logged_answer(text, [] if stream is None else stream.tool_calls),
+                tool_calls=[] if stream is None else list(stream.tool_calls),
                 total_ms=_since(call.started),
                 upstream_ms=None if stream is None else _since(upstream_started),
                 prompt_tokens=0 if stream is None else stream.prompt_tokens,

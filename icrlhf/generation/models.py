@@ -106,6 +106,8 @@ class Candidate(models.Model):
     # A captured gateway call: this candidate is exactly the answer the application got.
     served = models.BooleanField(default=False)
     text = models.TextField(blank=True)
+    # The action's tool calls, in OpenAI's shape (a captured or generated agent step).
+    tool_calls = models.JSONField(default=list, blank=True)
     # Triage: the category, priority and reply parsed out of `text`, or why they could not be.
     fields = models.JSONField(null=True, blank=True)
     parse_error = models.TextField(blank=True)

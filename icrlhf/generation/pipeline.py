@@ -7,6 +7,7 @@ import logging
 import random
 import time
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -15,13 +16,14 @@ from django.utils import timezone
 
 from icrlhf.generation import ranking, signals, tasks
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.generation.prompts import PromptExample, messages_build
+from icrlhf.generation.prompts import PromptExample, conversation_prompt, messages_build
 from icrlhf.integrations import llm
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.kinds import kind_of
 from icrlhf.memory import selectors as memory_selectors
 from icrlhf.memory import services as memory_services
+from icrlhf.memory.signatures import PLAIN, Signature
 from icrlhf.queues.models import Item, Queue
 
 logger = logging.getLogger(__name__)
@@ -81,6 +83,17 @@ def generation_prepare(*, generation_id: int) -> list[int]:
     generation = Generation.objects.select_related("item__queue").get(pk=generation_id)
     item, queue = generation.item, generation.item.queue
 
+    # A captured gateway call: the next step of the caller's conversation, with its tools.
+    system_prompt = queue.system_prompt
+    history: list[dict[str, Any]] = []
+    request_turn: str | None = item.input_text
+    if item.conversation:
+        system_prompt, history, request_turn = conversation_prompt(
+            system_prompt=queue.system_prompt, conversation=item.conversation
+        )
+    signature = Signature.of_options(
+        item.call_options, after_tool_result=bool(history) and history[-1]["role"] == "tool"
+    )
     started = time.monotonic()
     recall = memory_selectors.Recall(examples=[], neighbours=[])
     retrieval_error = ""
@@ -91,6 +104,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             k=queue.k_examples,
             token_budget=queue.example_token_budget,
             pool=MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
+            signature=signature,
         )
     except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
         # Better an answer without memory than no answer: the reviewer sees why.
@@ -101,11 +115,12 @@ def generation_prepare(*, generation_id: int) -> list[int]:
 
     messages = messages_build(
         instructions=kind_of(queue).instructions(queue),
-        system_prompt=queue.system_prompt,
+        system_prompt=system_prompt,
         guidelines=queue.guidelines,
         guidelines_version=queue.guidelines_version,
-        examples=[PromptExample(r.example.input_text, r.example.output_text) for r in retrieved],
-        request=item.input_text,
+        examples=[PromptExample.of(r.example) for r in retrieved],
+        history=history,
+        request=request_turn,
         framing=queue.example_framing,
     )
     with transaction.atomic():
@@ -130,7 +145,8 @@ def generation_prepare(*, generation_id: int) -> list[int]:
         pending = list(generation.candidates.filter(status=Candidate.Status.PENDING).order_by("pk"))
         answered = _memory_candidates_fill(
             pending=pending,
-            neighbours=recall.neighbours,
+            # A stored tool call is not offered again: its arguments were for its own state.
+            neighbours=recall.neighbours if signature == PLAIN else [],
             queue=queue,
             # An answer already among the candidates (one served to an application).
             present={
@@ -208,6 +224,7 @@ def candidates_generate(*, candidate_ids: list[int]) -> None:
         params=generation.params,
         api_base=generation.api_base,
         response_format=kind_of(queue).response_format(queue),
+        options=generation.item.call_options,
     )
     for index, outcome in llm.complete_n(call, len(claimed)):
         _candidate_save(claimed[index], outcome, queue=queue)
@@ -275,6 +292,7 @@ def _candidate_save(
         fields=parsed.fields,
         parse_error=parsed.error,
         text=outcome.text,
+        tool_calls=list(outcome.tool_calls),
         error="",
         model=outcome.model,
         latency_ms=outcome.latency_ms,

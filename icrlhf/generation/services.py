@@ -3,7 +3,7 @@ regenerate an item, retry a candidate. The worker's side is `pipeline.py`."""
 
 import random
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -28,6 +28,7 @@ class Served:
 
     text: str
     model: str
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
     example_id: uuid.UUID | None = None  # answered from memory: the example it came from
     latency_ms: int | None = None
     prompt_tokens: int | None = None
@@ -118,6 +119,7 @@ def _served_of(candidate: Candidate) -> Served:
     return Served(
         text=candidate.text,
         model=candidate.model,
+        tool_calls=candidate.tool_calls,
         example_id=candidate.source_example_id,
         latency_ms=candidate.latency_ms,
         prompt_tokens=candidate.prompt_tokens,
@@ -137,6 +139,7 @@ def _served_fill(candidate: Candidate, *, served: Served, queue: Queue) -> None:
         source=Candidate.Source.LLM if example_id is None else Candidate.Source.MEMORY,
         source_example_id=example_id,
         text=served.text,
+        tool_calls=served.tool_calls,
         fields=parsed.fields,
         parse_error=parsed.error,
         model=served.model,

@@ -235,8 +235,7 @@ async def acomplete(
         response = await litellm.acompletion(
             model=model,
             messages=messages,
-            **_call_options(params, api_base, response_format),
-            **(options or {}),
+            **(_call_options(params, api_base, response_format) | (options or {})),
             **_extra(mock_response),
         )
     except Exception as error:
@@ -253,6 +252,7 @@ async def acomplete_n(
     n: int,
     api_base: str = "",
     response_format: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
     mock_response: str | None = None,
 ) -> list[Completion]:
     """Up to `n` answers to one prompt from one request (OpenAI's `n`): the prompt is sent and
@@ -264,7 +264,7 @@ async def acomplete_n(
             model=model,
             messages=messages,
             n=n,
-            **_call_options(params, api_base, response_format),
+            **(_call_options(params, api_base, response_format) | (options or {})),
             **_extra(mock_response),
         )
     except Exception as error:
@@ -283,6 +283,8 @@ class Call:
     api_base: str = ""
     # Structured output (a JSON schema the server holds the answer to), or None.
     response_format: dict[str, Any] | None = None
+    # A caller's tool and output fields (a captured agent step's tools), passed on as they are.
+    options: dict[str, Any] | None = None
 
 
 class _EventLoop:
@@ -366,6 +368,7 @@ def complete_n(call: Call, n: int) -> Iterator[tuple[int, Completion | LLMError]
                 api_base=call.api_base,
                 n=n,
                 response_format=response_format,
+                options=call.options,
             ),
         ),
         _event_loop.get(),
@@ -408,6 +411,7 @@ def _complete_each(call: Call, count: int) -> Iterator[tuple[int, Completion | L
                     params=call.params,
                     api_base=call.api_base,
                     response_format=response_format,
+                    options=call.options,
                 ),
             ),
             loop,

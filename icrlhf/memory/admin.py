@@ -1,6 +1,7 @@
 """Curation in the admin. Every action goes through icrlhf.memory.curation, which logs it and
 sends the change to the vector store through the worker."""
 
+import json
 from typing import Any, cast
 
 from django import forms
@@ -109,6 +110,7 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
         "status",
         "input_text",
         "output_text",
+        "step_shown",
         "weight_shown",
         "provenance",
         "usage",
@@ -120,6 +122,7 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
         "role",
         "status",
         "input_text",
+        "step_shown",
         "weight_shown",
         "provenance",
         "usage",
@@ -201,6 +204,24 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
             generation.params,
             example.candidate_id or "–",
             prompt,
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Example | None = None) -> list[str]:
+        # An agent's step is its turns: a new text would not change the tool call it shows.
+        extra = ["output_text"] if obj is not None and obj.turns else []
+        return [*self.readonly_fields, *extra]
+
+    @admin.display(description="agent step")
+    def step_shown(self, example: Example) -> str:
+        if not example.tool_names and not example.output_format:
+            return "A plain answer: offered to requests without tools or a required format."
+        return format_html(
+            "Made with the tools {}; output format {}. Offered only to requests that offer all "
+            "of these tools and require the same format.<details><summary>Its turns, as "
+            "prompts get them</summary><pre>{}</pre></details>",
+            ", ".join(example.tool_names) or "none",
+            example.output_format.get("type", "text"),
+            json.dumps(example.turns, indent=2, ensure_ascii=False),
         )
 
     @admin.display(description="usage")

@@ -41,6 +41,12 @@ class Example(models.Model):
     )
     input_text = models.TextField()
     output_text = models.TextField()
+    # An agent's step: its signature (the tools offered and the output format required when
+    # it was made) and its OpenAI turns (the conversation before the action, the action with
+    # its tool calls, then their results where known). Plain examples have none of these.
+    tool_names = models.JSONField(default=list, blank=True)
+    output_format = models.JSONField(default=dict, blank=True)
+    turns = models.JSONField(default=list, blank=True)
     reward = models.FloatField()
     role = models.CharField(max_length=10, choices=Role.choices)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)

@@ -1,3 +1,4 @@
+import json
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -10,6 +11,7 @@ from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.memory import index
 from icrlhf.memory.models import Example
+from icrlhf.memory.signatures import PLAIN, Signature
 from icrlhf.queues.models import Queue
 
 # Two retrieved examples closer than this say the same thing: keep the better-ranked one.
@@ -40,7 +42,13 @@ class Recall:
 
 
 def examples_recall(
-    *, queue: Queue, query_text: str, k: int, token_budget: int, pool: int = 0
+    *,
+    queue: Queue,
+    query_text: str,
+    k: int,
+    token_budget: int,
+    pool: int = 0,
+    signature: Signature = PLAIN,
 ) -> Recall:
     """The queue's preferred examples for a query.
 
@@ -58,11 +66,13 @@ def examples_recall(
         return Recall(examples=[], neighbours=[], minimum=minimum)
     collection = index.collection_of(queue.pk)
     vector = embeddings.embed_text(query_text)
-    pinned = list(
-        Example.objects.filter(
+    pinned = [
+        example
+        for example in Example.objects.filter(
             queue=queue, role=Example.Role.PREFERRED, status=Example.Status.PINNED
-        ).order_by("created_at")[: max(k, pool)]
-    )
+        ).order_by("created_at")
+        if _admitted(example, signature)
+    ][: max(k, pool)]
     pinned_scores = vectors.search_among(
         collection=collection, vector=vector, ids=[e.pk for e in pinned]
     )
@@ -74,6 +84,7 @@ def examples_recall(
         limit=max(k * _OVERFETCH, pool),
         needed=max(k, pool),
         minimum=minimum,
+        signature=signature,
     )
     live.sort(key=lambda pair: -pair[0].score * pair[1].weight)
 
@@ -128,8 +139,19 @@ def _near_any(vector: list[float], others: list[list[float]]) -> bool:
     return any(vectors.cosine(vector, other) > NEAR_DUPLICATE_COSINE for other in others)
 
 
+def _admitted(example: Example, signature: Signature) -> bool:
+    return signature.admits(tool_names=example.tool_names, output_format=example.output_format)
+
+
 def _live_hits(
-    *, queue_id: int, collection: str, vector: list[float], limit: int, needed: int, minimum: float
+    *,
+    queue_id: int,
+    collection: str,
+    vector: list[float],
+    limit: int,
+    needed: int,
+    minimum: float,
+    signature: Signature,
 ) -> list[tuple[vectors.Hit, Example]]:
     """Up to `limit` nearest active preferred examples, with their rows, those below the
     minimum similarity included (the caller keeps them out of use and records them).
@@ -149,7 +171,7 @@ def _live_hits(
         with_vectors=False,  # building every hit's vector costs more than the search
         payload_fields=("queue_id", "role", "status"),
     )
-    live = _live_of(plain, limit=limit, queue_id=queue_id)
+    live = _live_of(plain, limit=limit, queue_id=queue_id, signature=signature)
     above = sum(hit.score >= minimum for hit, _ in live)
     if (
         above < needed
@@ -169,6 +191,7 @@ def _live_hits(
             ),
             limit=limit,
             queue_id=queue_id,
+            signature=signature,
         )
     stored = vectors.vectors_of(collection=collection, ids=[hit.id for hit, _ in live])
     return [
@@ -177,19 +200,19 @@ def _live_hits(
 
 
 def _live_of(
-    hits: list[vectors.Hit], *, limit: int, queue_id: int
+    hits: list[vectors.Hit], *, limit: int, queue_id: int, signature: Signature
 ) -> list[tuple[vectors.Hit, Example]]:
     """The first `limit` hits whose points and rows are the queue's active preferred
-    examples: the database is the source of truth, so a point whose row is gone or changed
-    is stale, and a point or row of another queue (a store shared wrongly, a collection
-    left from another install) is never anyone's example here."""
+    examples that the signature admits: the database is the source of truth, so a point
+    whose row is gone or changed is stale, and a point or row of another queue (a store
+    shared wrongly, a collection left from another install) is never anyone's example here."""
     candidates = [
         hit
         for hit in hits
         if hit.payload.get("queue_id") == queue_id
         and hit.payload.get("role") == Example.Role.PREFERRED
         and hit.payload.get("status") == Example.Status.ACTIVE
-    ][:limit]
+    ]
     rows = Example.objects.filter(queue_id=queue_id).in_bulk([hit.id for hit in candidates])
     return [
         (hit, rows[hit.id])
@@ -197,11 +220,18 @@ def _live_of(
         if hit.id in rows
         and rows[hit.id].role == Example.Role.PREFERRED
         and rows[hit.id].status == Example.Status.ACTIVE
-    ]
+        and _admitted(rows[hit.id], signature)
+    ][:limit]
 
 
 def examples_recall_anywhere(
-    *, queue: Queue, query_text: str, k: int, token_budget: int, pool: int = 0
+    *,
+    queue: Queue,
+    query_text: str,
+    k: int,
+    token_budget: int,
+    pool: int = 0,
+    signature: Signature = PLAIN,
 ) -> Recall:
     """`examples_recall` from any process. A Qdrant server admits every process; the embedded
     store admits one, the worker that consumes the memory queue, so other processes ask it
@@ -210,7 +240,12 @@ def examples_recall_anywhere(
     unavailable."""
     if settings.QDRANT_URL:
         return examples_recall(
-            queue=queue, query_text=query_text, k=k, token_budget=token_budget, pool=pool
+            queue=queue,
+            query_text=query_text,
+            k=k,
+            token_budget=token_budget,
+            pool=pool,
+            signature=signature,
         )
     from celery.exceptions import TimeoutError as ResultTimeout
 
@@ -221,7 +256,7 @@ def examples_recall_anywhere(
     try:
         # Not run at all once its caller has stopped waiting; its answer is not kept.
         result = tasks.examples_recall.apply_async(
-            (queue.pk, query_text, k, token_budget, pool),
+            (queue.pk, query_text, k, token_budget, pool, signature.as_json()),
             priority=0,
             expires=settings.GATEWAY_RECALL_TIMEOUT_S,
         )
@@ -262,7 +297,9 @@ def _within_budget(
     chosen: list[RetrievedExample] = []
     used_tokens = 0
     for score, example in ranked:
-        tokens = llm.count_tokens(example.input_text) + llm.count_tokens(example.output_text)
+        tokens = llm.count_tokens(example.input_text) + llm.count_tokens(
+            json.dumps(example.turns) if example.turns else example.output_text
+        )
         if used_tokens + tokens > token_budget:
             break
         used_tokens += tokens

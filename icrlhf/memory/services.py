@@ -1,11 +1,12 @@
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from icrlhf.memory import curation, tasks
+from icrlhf.memory import curation, signatures, tasks
 from icrlhf.memory.models import Example, Retrieval
 from icrlhf.memory.selectors import RetrievedExample
 
@@ -22,6 +23,8 @@ class ExampleDraft:
 
     candidate_id: int | None
     output_text: str
+    # An agent's step: the action's tool calls (output_text then renders them too).
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
 
 
 def examples_record(
@@ -31,9 +34,19 @@ def examples_record(
     input_text: str,
     preferred: ExampleDraft | None,
     rejected: Sequence[ExampleDraft],
+    conversation: Sequence[dict[str, Any]] = (),
+    call_options: dict[str, Any] | None = None,
 ) -> list[Example]:
     """Store what a decision teaches as rewarded examples (preferred 1.0, rejected 0.0) and
-    index them once the decision commits. Must run inside the decision's transaction."""
+    index them once the decision commits. Must run inside the decision's transaction.
+
+    A step made with tools (an agent's, captured from the gateway) keeps its signature and
+    its turns: the caller's conversation, then the action."""
+    options = call_options or {}
+    names = signatures.tool_names(options.get("tools"))
+    output_format = options.get("response_format") or {}
+    if output_format.get("type") == "text":
+        output_format = {}
     drafts = (
         [(preferred, PREFERRED_REWARD, Example.Role.PREFERRED)] if preferred is not None else []
     )
@@ -44,9 +57,12 @@ def examples_record(
             decision_id=decision_id,
             candidate_id=draft.candidate_id,
             input_text=input_text,
-            output_text=draft.output_text,
+            output_text=signatures.action_text(draft.output_text, draft.tool_calls),
             reward=reward,
             role=role,
+            tool_names=names,
+            output_format=output_format,
+            turns=_turns(conversation, draft) if names else [],
         )
         for draft, reward, role in drafts
     )
@@ -55,6 +71,18 @@ def examples_record(
     # the memory sweeper indexes them once the broker is back.
     transaction.on_commit(lambda: tasks.examples_index.delay(example_ids), robust=True)
     return examples
+
+
+def _turns(conversation: Sequence[dict[str, Any]], draft: ExampleDraft) -> list[dict[str, Any]]:
+    """The step as OpenAI turns: the conversation (the caller's system text is its own, not
+    the step's), then the action."""
+    action: dict[str, Any] = {"role": "assistant", "content": draft.output_text or None}
+    if draft.tool_calls:
+        action["tool_calls"] = draft.tool_calls
+    else:
+        action["content"] = draft.output_text
+    turns = [turn for turn in conversation if turn.get("role") in ("user", "assistant", "tool")]
+    return [*turns, action]
 
 
 def examples_withdraw(*, decision_id: int, actor: User | None) -> None:

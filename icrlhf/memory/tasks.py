@@ -69,10 +69,16 @@ def memory_reindex(queue_slug: str | None = None) -> dict[str, Any]:
 
 @shared_task(name="memory.recall", ignore_result=False)
 def examples_recall(
-    queue_id: int, query_text: str, k: int, token_budget: int, pool: int
+    queue_id: int,
+    query_text: str,
+    k: int,
+    token_budget: int,
+    pool: int,
+    signature: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Retrieval for a process that does not own the embedded store (the gateway)."""
     from icrlhf.memory import selectors
+    from icrlhf.memory.signatures import PLAIN, Signature
     from icrlhf.queues.models import Queue
 
     recall = selectors.examples_recall(
@@ -81,6 +87,7 @@ def examples_recall(
         k=k,
         token_budget=token_budget,
         pool=pool,
+        signature=PLAIN if signature is None else Signature.from_json(signature),
     )
     return {
         "examples": [[str(r.example.pk), r.score] for r in recall.examples],

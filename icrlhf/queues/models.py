@@ -252,6 +252,10 @@ class Item(models.Model):
     metadata = models.JSONField(
         default=dict, blank=True, help_text="The sender's own fields, returned as sent."
     )
+    # A captured gateway call: the caller's messages (the last one included) and its tool
+    # and output fields. The candidates are generated as the next step of that conversation.
+    conversation = models.JSONField(default=list, blank=True)
+    call_options = models.JSONField(default=dict, blank=True)
     agreement = models.FloatField(
         null=True,
         blank=True,

@@ -2,6 +2,7 @@
 kind, the decision webhook), settling an item once its reviewers have decided, and undo."""
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from itertools import combinations
 from typing import Any
@@ -19,6 +20,7 @@ from icrlhf.kinds import Final, kind_of
 from icrlhf.memory import services as memory_services
 from icrlhf.memory.curation import examples_usage_record
 from icrlhf.memory.services import ExampleDraft
+from icrlhf.memory.signatures import action_text
 from icrlhf.queues.models import Item
 from icrlhf.review import automation, tasks
 from icrlhf.review.claims import (
@@ -193,9 +195,13 @@ def _memory_teach(decision: Decision) -> None:
     from. Each candidate is remembered in its kind's form (a triage as its fields)."""
     preferred = None
     if decision.verdict != Decision.Verdict.NONE_ACCEPTABLE:
+        chosen = decision.chosen_candidate
         preferred = ExampleDraft(
             candidate_id=decision.chosen_candidate_id, output_text=decision.final_text
         )
+        if chosen is not None and chosen.tool_calls and decision.verdict == Decision.Verdict.CHOSEN:
+            # An edit is the reviewer's own answer: the tool calls it started from are not.
+            preferred = replace(preferred, output_text=chosen.text, tool_calls=chosen.tool_calls)
     kind = kind_of(decision.item.queue)
     rejected = decision.generation.candidates.filter(status=Candidate.Status.DONE)
     if decision.verdict == Decision.Verdict.CHOSEN and decision.chosen_candidate_id is not None:
@@ -209,9 +215,12 @@ def _memory_teach(decision: Decision) -> None:
             ExampleDraft(
                 candidate_id=candidate.pk,
                 output_text=kind.example_text(text=candidate.text, fields=candidate.fields),
+                tool_calls=candidate.tool_calls,
             )
             for candidate in rejected
         ],
+        conversation=decision.item.conversation,
+        call_options=decision.item.call_options,
     )
 
 
@@ -240,7 +249,8 @@ def _final_text(*, verdict: str, chosen: Candidate | None, final_text: str) -> t
             )
         if final_text != chosen.text.strip():
             return verdict, final_text
-    return Decision.Verdict.CHOSEN, chosen.text  # an unchanged edit is a pick
+    # An unchanged edit is a pick; a picked tool call is kept as its text too (exports).
+    return Decision.Verdict.CHOSEN, action_text(chosen.text, chosen.tool_calls)
 
 
 def _candidate_for(

@@ -67,7 +67,9 @@ def test_a_sampled_call_becomes_an_item_whose_served_answer_is_one_candidate(
         what="the other candidates",
     )
     assert (item.queue, item.source, item.input_text) == (queue, "gateway", QUESTION)
-    assert item.metadata == {"call": str(call.pk), "holdout": False, "conversation": []}
+    assert item.metadata == {"call": str(call.pk), "holdout": False}
+    assert item.conversation == [{"role": "user", "content": QUESTION}]
+    assert item.call_options == {}
     candidates = list(item.generations.get().candidates.all())
     assert len(candidates) == 3 and all(c.status == Candidate.Status.DONE for c in candidates)
     served = [c for c in candidates if c.served]

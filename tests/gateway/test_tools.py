@@ -7,11 +7,13 @@ import json
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from icrlhf.gateway.models import Call
 from icrlhf.memory.models import Example
+from icrlhf.queues.models import Item
 from tests.conftest import GatewayProcess, wait_for
-from tests.factories import QueueFactory
+from tests.factories import QueueFactory, UserFactory
 from tests.gateway.test_endpoint import CARD, client_for, decided_in_workbench
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
@@ -180,3 +182,89 @@ def test_langgraphs_react_agent_runs_its_tool_loop_through_the_gateway(
     assert "tool result Shipped on Monday." in state["messages"][-1].content
     wait_for(lambda: queue.calls.count() == 2, what="both steps logged")
     assert set(queue.calls.values_list("stream", flat=True)) == {streaming}
+
+
+def test_a_reviewed_tool_call_reaches_the_next_similar_steps_prompt_as_openai_turns(
+    gateway_process: GatewayProcess, fixed_llm: FixedLatencyLLM
+) -> None:
+    """Captured with its tools, generated again with them, picked by a reviewer, stored with
+    its signature: the next similar step gets it as turns; no call lacking its tool does, and
+    no call is ever answered with it from memory."""
+    queue = QueueFactory(
+        n_candidates=2, memory_candidates=0, capture_percent=100, memory_answer_threshold=0.0
+    )
+    client = client_for(gateway_process, queue)
+    system = {"role": "system", "content": "You are the shop's order assistant."}
+    served = client.chat.completions.create(
+        model=queue.slug,
+        messages=[system, {"role": "user", "content": QUESTION}],
+        tools=[ORDER_TOOL],
+    )
+    assert served.choices[0].message.tool_calls
+
+    # The capture's other candidate answers the same conversation with the same tools.
+    wait_for(
+        lambda: Item.objects.filter(queue=queue, status=Item.Status.READY).exists(),
+        what="the captured step's candidates",
+    )
+    item = Item.objects.get(queue=queue)
+    assert item.call_options["tools"][0]["function"]["name"] == "look_up_order"
+    generated = fixed_llm.last_request
+    assert generated["tools"][0]["function"]["name"] == "look_up_order"
+    assert (
+        "The application's instructions:\nYou are the shop's order assistant."
+        in (generated["messages"][0]["content"])
+    )
+    assert generated["messages"][-1] == {"role": "user", "content": QUESTION}
+    candidates = list(item.generations.get().candidates.order_by("position"))
+    assert all(c.tool_calls[0]["function"]["name"] == "look_up_order" for c in candidates)
+
+    reviewer = UserFactory()
+    queue.members.add(reviewer)
+    browser = Client()
+    browser.force_login(reviewer)
+    page = browser.get(f"/items/{item.pk}/").content.decode()
+    assert "Calls 1 tool" in page and "look_up_order" in page
+    browser.post(f"/items/{item.pk}/decide/", {"choice": f"c{candidates[0].pk}"})
+    example = Example.objects.get(queue=queue, role=Example.Role.PREFERRED)
+    assert example.tool_names == ["look_up_order"]
+    assert [t["role"] for t in example.turns] == ["user", "assistant"]
+    assert example.turns[-1]["tool_calls"] == candidates[0].tool_calls
+    wait_for(
+        lambda: (
+            Example.objects.filter(queue=queue, index_state=Example.IndexState.INDEXED).count() == 2
+        ),
+        what="the examples indexed",
+    )
+
+    similar = "Where is my order 1235?"
+    client.chat.completions.create(
+        model=queue.slug, messages=[{"role": "user", "content": similar}], tools=[ORDER_TOOL]
+    )
+    sent = fixed_llm.last_request["messages"]
+    stored_call = candidates[0].tool_calls[0]
+    assert sent[1:] == [
+        {"role": "user", "content": QUESTION},
+        {  # (litellm leaves out an empty content)
+            "role": "assistant",
+            "tool_calls": [{**stored_call, "id": f"example1_{stored_call['id']}"}],
+        },
+        {
+            "role": "tool",
+            "tool_call_id": f"example1_{stored_call['id']}",
+            "content": "(result not recorded)",
+        },
+        {"role": "user", "content": similar},
+    ]
+
+    other_tool = {"type": "function", "function": {**ORDER_TOOL["function"], "name": "refund"}}
+    for tools in ([other_tool], None):
+        kwargs: dict[str, Any] = {"tools": tools} if tools else {}
+        answer = client.chat.completions.with_raw_response.create(
+            model=queue.slug, messages=[{"role": "user", "content": QUESTION}], **kwargs
+        )
+        assert answer.headers["X-Icrlhf-Source"] == "model"  # never the stored tool call
+        assert all(
+            "tool_calls" not in m and m["role"] != "tool"
+            for m in fixed_llm.last_request["messages"]
+        )

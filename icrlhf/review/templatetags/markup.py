@@ -1,6 +1,7 @@
 """LLM output and guidelines as markdown, sanitised: the model's text is untrusted."""
 
 import difflib
+import json
 import re
 from functools import lru_cache
 
@@ -76,3 +77,13 @@ def _changed(removed: str, added: str) -> str:
     return (f"<del>{escape(removed)}</del>" if removed else "") + (
         f"<ins>{escape(added)}</ins>" if added else ""
     )
+
+
+@register.filter
+def json_pretty(text: str) -> str:
+    """A tool call's arguments, indented when they are JSON (left as sent when not: a model
+    may write broken JSON, and the reviewer should see it as it is). Escaped by the template."""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return text or ""
