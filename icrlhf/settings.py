@@ -398,6 +398,10 @@ LOCAL_LLM_MODEL_PATH = Path(
 # Requests the local llama.cpp server decodes at once (its parallel slots); more wait in line.
 # A generation's N candidates arrive together when N fits.
 LOCAL_LLM_SLOTS = env_int("LOCAL_LLM_SLOTS", 4)
+# The chat template llama.cpp renders with: `auto` gives SmolLM2 (whose own template knows no
+# tools) the shipped ChatML template that teaches it tools, and any other model its own;
+# `model` is always the model's own; anything else is the path of a Jinja template.
+LOCAL_LLM_CHAT_TEMPLATE = env_str("LOCAL_LLM_CHAT_TEMPLATE", "auto")
 
 # Datasets for the demo and the benchmarks (../shared/data beside the checkout).
 SHARED_DATA_DIR = Path(env_str("SHARED_DATA_DIR", str(BASE_DIR.parent / "shared" / "data")))

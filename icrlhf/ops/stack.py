@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from django.conf import settings
+
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -96,11 +98,25 @@ def embedded_broker_command(port: int, data_dir: Path) -> list[str]:
     ]
 
 
+CHATML_WITH_TOOLS = Path(__file__).parent / "chat_templates" / "chatml_tools.jinja"
+
+
+def chat_template_for(model_path: Path) -> Path | None:
+    """The template LOCAL_LLM_CHAT_TEMPLATE names for this model (None: the model's own)."""
+    chosen = settings.LOCAL_LLM_CHAT_TEMPLATE
+    if chosen == "auto":
+        return CHATML_WITH_TOOLS if "smollm2" in model_path.name.lower() else None
+    return None if chosen in ("", "model") else Path(chosen)
+
+
 def local_llm_command(model_path: Path, *, alias: str, port: int, slots: int) -> list[str]:
     """llama.cpp's own server, which tools/install-llm builds beside this Python. It decodes
     `slots` requests at once in one batch (continuous batching), so a generation's
     candidates are written together instead of one after another; the slots share one
-    cache, 2048 tokens each on average, and a long prompt may use what shorter ones leave."""
+    cache, 2048 tokens each on average, and a long prompt may use what shorter ones leave.
+    It renders with the chat template `chat_template_for` picks (tool calls need one that
+    knows tools: llama.cpp reads a call out of the answer in the template's own format)."""
+    template = chat_template_for(model_path)
     return [
         str(Path(sys.executable).parent / "llama-server"),
         "--model",
@@ -120,6 +136,7 @@ def local_llm_command(model_path: Path, *, alias: str, port: int, slots: int) ->
         str(min(4, os.cpu_count() or 1)),
         "--flash-attn",
         "on",
+        *(["--chat-template-file", str(template)] if template else []),
     ]
 
 

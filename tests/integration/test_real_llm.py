@@ -7,6 +7,7 @@ import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -153,3 +154,79 @@ def test_the_model_file_is_the_pinned_one() -> None:
     from icrlhf.ops.models_build import GGUF_SHA256, sha256_of
 
     assert sha256_of(Path(settings.LOCAL_LLM_MODEL_PATH)) == GGUF_SHA256
+
+
+def _post(url: str, body: dict[str, object]) -> dict[str, Any]:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        answer: dict[str, Any] = json.load(response)
+    return answer
+
+
+def test_the_shipped_template_renders_a_conversation_without_tools_as_smollm2s_own(
+    local_llm: str,
+) -> None:
+    rendered = _post(
+        local_llm.removesuffix("/v1") + "/apply-template",
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Hi"},
+            ]
+        },
+    )
+    assert rendered["prompt"] == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+        "<|im_start|>assistant\n"
+    )
+
+
+def test_shown_one_step_the_local_model_calls_the_tool_and_llama_cpp_reads_the_call(
+    local_llm: str,
+) -> None:
+    """SmolLM2's own template knows no tools; with the shipped one, llama.cpp shows the model
+    the tools and parses its <tool_call> into OpenAI's shape. The 135M model calls no tool
+    unprompted (it answers in prose); shown one step as OpenAI turns, as memory sends it, it
+    calls the tool with the new request's own argument."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "lookup_order",
+                "description": "Look up an order's status by its number.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"order_id": {"type": "string"}},
+                    "required": ["order_id"],
+                },
+            },
+        }
+    ]
+    call = {"name": "lookup_order", "arguments": json.dumps({"order_id": "1234"})}
+    example = [
+        {"role": "user", "content": "Where is my order 1234?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "example1_call_0", "type": "function", "function": call}],
+        },
+        {"role": "tool", "tool_call_id": "example1_call_0", "content": '{"status": "in transit"}'},
+        {"role": "assistant", "content": "It is in transit."},
+    ]
+    answer = _post(
+        f"{local_llm}/chat/completions",
+        {
+            "model": "smollm2",
+            "messages": [*example, {"role": "user", "content": "Where is my order 4821?"}],
+            "tools": tools,
+            "max_tokens": 60,
+            "temperature": 0,
+        },
+    )
+    choice = answer["choices"][0]
+    assert choice["finish_reason"] == "tool_calls", choice
+    called = choice["message"]["tool_calls"][0]["function"]
+    assert called["name"] == "lookup_order"
+    assert json.loads(called["arguments"]) == {"order_id": "4821"}

@@ -4,6 +4,7 @@ baseline, and a CPU it cannot run on gets a plain message instead of a crash."""
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 from django.core.management import call_command
 
@@ -15,6 +16,7 @@ from icrlhf.ops.local_llm import (
     features_of,
     local_llm_check,
 )
+from icrlhf.ops.stack import CHATML_WITH_TOOLS, chat_template_for, local_llm_command
 
 
 def test_the_installed_llama_cpp_is_built_for_the_portable_baseline_only() -> None:
@@ -78,3 +80,23 @@ def test_the_speed_benchmark_measures_the_installed_build() -> None:
     assert set(result["build_features"]) <= PORTABLE_BASELINE
     assert result["runs"] == 1 and result["tokens_per_answer"] > 0
     assert result["tokens_per_s_median"] > 0
+
+
+def test_smollm2_is_given_the_template_that_knows_tools_and_other_models_their_own(
+    settings: Any,
+) -> None:
+    smollm2 = Path("var/models/SmolLM2-135M-Instruct-Q8_0.gguf")
+    settings.LOCAL_LLM_CHAT_TEMPLATE = "auto"
+    assert chat_template_for(smollm2) == CHATML_WITH_TOOLS
+    assert chat_template_for(Path("qwen2.5-0.5b-instruct.gguf")) is None
+    command = local_llm_command(smollm2, alias="smollm2", port=8012, slots=4)
+    assert command[command.index("--chat-template-file") + 1] == str(CHATML_WITH_TOOLS)
+
+    settings.LOCAL_LLM_CHAT_TEMPLATE = "model"
+    assert chat_template_for(smollm2) is None
+    assert "--chat-template-file" not in local_llm_command(
+        smollm2, alias="smollm2", port=8012, slots=4
+    )
+
+    settings.LOCAL_LLM_CHAT_TEMPLATE = "/etc/icrlhf/mine.jinja"
+    assert chat_template_for(smollm2) == Path("/etc/icrlhf/mine.jinja")

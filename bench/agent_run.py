@@ -1,0 +1,357 @@
+"""bench_agent's measurement, inside its world (see the command's docstring): the agent calls
+the real gateway process with the `openai` client; the gateway retrieves from the real worker's
+store and calls the configured model."""
+
+import json
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
+from openai import OpenAI
+
+from bench.agent_env import (
+    MAX_STEPS,
+    SYSTEM,
+    TOOLS,
+    Desk,
+    Task,
+    argument_name,
+    expert,
+    tasks,
+    text_action,
+    text_prompt,
+)
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.ingest.services import token_create
+from icrlhf.insights.stats import wilson
+from icrlhf.integrations import embeddings
+from icrlhf.memory import curation
+from icrlhf.memory.models import Example
+from icrlhf.queues.models import Item, Queue
+from icrlhf.review.decisions import decision_record
+
+VARIANTS = ("tools", "text")
+TIMEOUT_S = 600
+# The text variant's first observation: nothing has been done yet.
+NOTHING_YET = "nothing yet"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One decision of an expert trajectory: the conversation before it and the action."""
+
+    conversation: list[dict[str, Any]]
+    decision_point: str  # what the gateway retrieves with (and the example is stored under)
+    tool: str
+    argument: str
+
+
+@dataclass
+class Episode:
+    success: bool
+    actions: list[tuple[str, str]]
+    error: str = ""  # the call that failed, which ended the episode
+
+    @property
+    def steps(self) -> int:
+        return len(self.actions)
+
+
+# ---------------------------------------------------------------- the two kinds of agent
+
+
+def _tool_call(number: int, tool: str, argument: str) -> dict[str, Any]:
+    return {
+        "id": f"call_{number}",
+        "type": "function",
+        "function": {"name": tool, "arguments": json.dumps({argument_name(tool): argument})},
+    }
+
+
+def _argument(arguments: str) -> str:
+    """The one argument the desk's tools take, from the model's JSON (any key: a small model
+    names it freely), or the raw text when it is not JSON."""
+    try:
+        parsed = json.loads(arguments or "{}")
+    except ValueError:
+        return arguments
+    if isinstance(parsed, dict) and parsed:
+        return str(next(iter(parsed.values())))
+    return str(parsed)
+
+
+def tools_episode(client: OpenAI, model: str, task: Task, max_tokens: int) -> Episode:
+    """The tool loop applications run: call with `tools`, carry out the calls, send back the
+    results, until the model ends the conversation or acts on the order."""
+    desk = Desk(task)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": task.goal},
+    ]
+    error = ""
+    while not desk.done:
+        try:
+            answer = client.chat.completions.create(
+                model=model,
+                messages=messages,  # type: ignore[arg-type]
+                tools=TOOLS,  # type: ignore[arg-type]
+                max_tokens=max_tokens,
+            )
+        except Exception as failure:  # the episode fails, as the application's would
+            error = str(failure)[:300]
+            break
+        message = answer.choices[0].message
+        calls = list(message.tool_calls or [])[:1]  # one action a step
+        if not calls:
+            desk.act("reply", message.content or "")
+            break
+        call = calls[0]
+        name = call.function.name  # type: ignore[union-attr]
+        arguments = call.function.arguments  # type: ignore[union-attr]
+        observation = desk.act(name, _argument(arguments))
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": arguments},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": observation})
+    return Episode(success=desk.success, actions=desk.actions, error=error)
+
+
+def text_episode(client: OpenAI, model: str, task: Task, max_tokens: int) -> Episode:
+    """The icrl library's form: one prompt a step with the goal and the latest observation;
+    the action is the answer's text."""
+    desk = Desk(task)
+    observation, error = NOTHING_YET, ""
+    while not desk.done:
+        try:
+            answer = client.chat.completions.create(
+                model=model,
+                messages=[{"role": "user", "content": text_prompt(task.goal, observation)}],
+                max_tokens=max_tokens,
+            )
+        except Exception as failure:
+            error = str(failure)[:300]
+            break
+        action = text_action(answer.choices[0].message.content or "")
+        if action is None:
+            desk.act("reply", answer.choices[0].message.content or "")
+            break
+        observation = desk.act(*action)
+    return Episode(success=desk.success, actions=desk.actions, error=error)
+
+
+EPISODES: dict[str, Callable[[OpenAI, str, Task, int], Episode]] = {
+    "tools": tools_episode,
+    "text": text_episode,
+}
+
+
+# ---------------------------------------------------------------- expert trajectories
+
+
+def expert_steps(task: Task, variant: str) -> list[Step]:
+    """The expert's trajectory as the agent of `variant` would have lived it."""
+    steps: list[Step] = []
+    desk = Desk(task)
+    conversation: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": task.goal},
+    ]
+    observation = NOTHING_YET
+    for number, (tool, argument) in enumerate(expert(task)):
+        if variant == "text":
+            point = text_prompt(task.goal, observation)
+            steps.append(Step([], point, tool, argument))
+        else:
+            latest = conversation[-1]
+            point = task.goal if latest["role"] == "user" else f"{task.goal}\n\n{latest['content']}"
+            steps.append(Step(list(conversation), point, tool, argument))
+        observation = desk.act(tool, argument)
+        call = _tool_call(number, tool, argument)
+        conversation.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        conversation.append({"role": "tool", "tool_call_id": call["id"], "content": observation})
+    return steps
+
+
+def remember(queue: Queue, task: Task, variant: str, reviewer: User) -> None:
+    """An environment-verified trajectory into memory, through the review flow's own path: each
+    step an item (the conversation and tools it was taken with) whose one candidate is the
+    step taken, picked by a reviewer; the decision stores the example and the worker indexes
+    it."""
+    for step in expert_steps(task, variant):
+        tool_calls = [] if variant == "text" else [_tool_call(0, step.tool, step.argument)]
+        item = Item.objects.create(
+            queue=queue,
+            input_text=step.decision_point,
+            source=Item.Source.GATEWAY,
+            status=Item.Status.READY,
+            conversation=step.conversation,
+            call_options={"tools": TOOLS} if variant == "tools" else {},
+        )
+        generation = Generation.objects.create(
+            item=item, model="expert", params={}, n_candidates=1, status=Generation.Status.DONE
+        )
+        candidate = Candidate.objects.create(
+            generation=generation,
+            position=0,
+            status=Candidate.Status.DONE,
+            text=f"{step.tool} {step.argument}" if variant == "text" else "",
+            tool_calls=tool_calls,
+        )
+        decision_record(
+            item_id=item.pk, reviewer=reviewer, verdict="chosen", candidate_id=candidate.pk
+        )
+
+
+def _indexed(queues: list[Queue]) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    pending = Example.objects.filter(queue__in=queues).exclude(
+        index_state=Example.IndexState.INDEXED
+    )
+    while pending.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{pending.count()} examples still not indexed")
+        time.sleep(0.5)
+
+
+# ---------------------------------------------------------------- retrieval queries (item 4)
+
+
+def _query(step: Step, how: str, task: Task) -> str:
+    turns = [m for m in step.conversation if m["role"] != "system"]
+    if how == "last_user_message":
+        return task.goal  # in a tool loop, the only user message is the goal
+    if how == "goal_and_latest_observation":
+        return step.decision_point
+    return "\n".join(  # the whole conversation
+        str(m.get("content") or json.dumps(m.get("tool_calls"))) for m in turns
+    )
+
+
+def retrieval_queries(stored: list[Task], held_out: list[Task]) -> dict[str, dict[str, float]]:
+    """Which query finds a step whose action is the right next one: for each held-out expert
+    step, the stored steps nearest by each query (stored under the same query), and the share
+    whose nearest (top-1), or majority of the nearest three (top-3), took the same action."""
+    result: dict[str, dict[str, float]] = {}
+    pairs = [(task, step) for task in stored for step in expert_steps(task, "tools")]
+    asked = [(task, step) for task in held_out for step in expert_steps(task, "tools")]
+    for how in ("last_user_message", "goal_and_latest_observation", "whole_conversation"):
+        keys = np.array(embeddings.embed_texts([_query(s, how, t) for t, s in pairs]))
+        queries = np.array(embeddings.embed_texts([_query(s, how, t) for t, s in asked]))
+        similarity = queries @ keys.T
+        top1 = top3 = 0
+        for row, (_, step) in zip(similarity, asked, strict=True):
+            nearest = np.argsort(-row)[:3]
+            tools = [pairs[i][1].tool for i in nearest]
+            top1 += tools[0] == step.tool
+            top3 += max(set(tools), key=tools.count) == step.tool
+        result[how] = {
+            "top1_right_action": round(top1 / len(asked), 3),
+            "top3_majority_right_action": round(top3 / len(asked), 3),
+            "steps": len(asked),
+        }
+    return result
+
+
+# ---------------------------------------------------------------- the measurement
+
+
+def _run(
+    variant: str, client: OpenAI, model: str, held_out: list[Task], options: dict[str, Any]
+) -> dict[str, Any]:
+    episode = EPISODES[variant]
+    with ThreadPoolExecutor(max_workers=options["concurrency"]) as pool:
+        episodes = list(
+            pool.map(lambda task: episode(client, model, task, options["max_tokens"]), held_out)
+        )
+    successes = sum(e.success for e in episodes)
+    low, high = wilson(successes, len(episodes))
+    succeeded = [e.steps for e in episodes if e.success]
+    return {
+        "episodes": len(episodes),
+        "success_rate": round(successes / len(episodes), 3),
+        "success_ci95": [round(low, 3), round(high, 3)],
+        "steps_per_success": round(sum(succeeded) / len(succeeded), 2) if succeeded else None,
+        "failed_calls": sum(bool(e.error) for e in episodes),
+        "first_error": next((e.error for e in episodes if e.error), ""),
+        # What the agent did in the first few episodes, to read (goal kind: actions).
+        "sample": [
+            f"{task.kind}: " + "; ".join(f"{name}({argument[:40]})" for name, argument in e.actions)
+            for task, e in list(zip(held_out, episodes, strict=True))[:3]
+        ],
+    }
+
+
+def measure(options: dict[str, Any]) -> dict[str, Any]:
+    sizes = sorted({int(s) for s in str(options["sizes"]).split(",")})
+    largest = max(sizes)
+    every = tasks(largest + options["held_out"], seed=options["seed"])
+    held_out, stored = every[: options["held_out"]], every[options["held_out"] :]
+    reviewer = get_user_model().objects.create_user("bench-reviewer")
+    queues: dict[str, Queue] = {}
+    clients: dict[str, OpenAI] = {}
+    for variant in options["variants"]:
+        queue = Queue.objects.create(
+            slug=f"agent-{variant}",
+            name=f"Agent ({variant})",
+            system_prompt="",  # the agent's own system message says what the task is
+            k_examples=options["k"],
+            example_token_budget=4000,
+            max_tokens=options["max_tokens"],
+            temperature=options["temperature"],
+            memory_candidates=0,
+            capture_percent=0,
+            example_framing=options["framing"],
+        )
+        queues[variant] = queue
+        clients[variant] = OpenAI(
+            base_url=options["gateway_url"],
+            api_key=token_create(queue=queue, name="bench")[1],
+            timeout=TIMEOUT_S,
+            max_retries=0,
+        )
+    results: dict[str, dict[str, Any]] = {variant: {} for variant in options["variants"]}
+    remembered = 0
+    for size in sizes:
+        for task in stored[remembered:size]:
+            for variant in options["variants"]:
+                remember(queues[variant], task, variant, reviewer)
+        remembered = size
+        _indexed(list(queues.values()))
+        for variant in options["variants"]:
+            results[variant][str(size)] = _run(
+                variant, clients[variant], queues[variant].slug, held_out, options
+            )
+    # The same memory, but k stored steps drawn at random in every prompt instead of the
+    # nearest (pinned: pinned examples always come first).
+    rng = random.Random(options["seed"])
+    for variant in options["variants"]:
+        ids = list(Example.objects.filter(queue=queues[variant]).values_list("pk", flat=True))
+        pinned = rng.sample(ids, min(options["k"], len(ids)))
+        curation.examples_status_set(ids=pinned, status=Example.Status.PINNED, actor=None)
+        results[variant]["random"] = _run(
+            variant, clients[variant], queues[variant].slug, held_out, options
+        )
+    return {
+        "variants": results,
+        "retrieval_queries": retrieval_queries(stored, held_out),
+        "held_out": len(held_out),
+        "sizes": sizes,
+        "k": options["k"],
+        "max_steps": MAX_STEPS,
+    }

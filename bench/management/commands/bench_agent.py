@@ -1,0 +1,98 @@
+"""Does memory raise an agent's success? A support-desk agent, through the real stack.
+
+The environment (bench/agent_env.py) is a small support desk that checks its goals itself:
+refund the damaged order, escalate the lost one, tell the customer the late one's delivery
+day. The agent calls the real gateway process with the `openai` client, in two forms: OpenAI
+tool calling (the desk's four tools), and the icrl library's text actions (one prompt a step
+with the goal and the latest observation; the action is the answer's text).
+
+Memory grows by environment-verified trajectories (0, 10, 50, 200 by default): the desk's
+own resolving actions, stored through the review flow's path (an item with the step's
+conversation and tools, its action picked by a reviewer), as a support team would store what
+worked. Each size is measured on the same held-out goals, and once more with the largest
+memory but k stored steps drawn at random instead of the nearest: does retrieval matter, or
+only having examples? Success rates come with Wilson 95% intervals.
+
+It also measures the retrieval query (issue 28, item 4): for the held-out expert steps, how
+often the nearest stored step took the same action, with the stored steps keyed and
+searched by the last user message, by the goal and latest observation, or by the whole
+conversation."""
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import CommandParser
+
+from bench.world import WorldCommand, world
+from icrlhf.ops.stack import Stack, free_port
+
+
+class Command(WorldCommand):
+    help = "Measure an agent's success through the gateway as memory grows."
+
+    def add_options(self, parser: CommandParser) -> None:
+        parser.add_argument("--held-out", type=int, default=30, help="Goals measured each time.")
+        parser.add_argument("--sizes", default="0,10,50,200", help="Stored trajectories.")
+        parser.add_argument("--variants", default="tools,text", help="tools, text or both.")
+        parser.add_argument("--k", type=int, default=3, help="Examples in each prompt.")
+        parser.add_argument(
+            "--framing",
+            default="turns",
+            choices=["turns", "reference"],
+            help="How the text variant's examples are sent (tool steps are always turns).",
+        )
+        parser.add_argument("--max-tokens", type=int, default=60)
+        parser.add_argument("--temperature", type=float, default=0.0)
+        parser.add_argument("--concurrency", type=int, default=4, help="Episodes at once.")
+        parser.add_argument("--seed", type=int, default=5)
+        parser.add_argument("--llm-api-base", default="", help="Default: start the local LLM.")
+
+    def outside(self, options: dict[str, Any]) -> dict[str, Any]:
+        import time
+
+        options["variants"] = [v for v in options["variants"].split(",") if v]
+        started = time.monotonic()
+        llm = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
+        try:
+            api_base = options["llm_api_base"]
+            if not api_base:
+                api_base = f"http://127.0.0.1:{free_port()}/v1"
+                llm.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
+            with world("bench-agent", LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2") as here:
+                here.worker(concurrency=2)
+                _, options["gateway_url"] = here.gateway()
+                result = dict(here.inside("bench_agent", options))
+        finally:
+            llm.stop()
+        result["minutes"] = round((time.monotonic() - started) / 60, 1)
+        return result
+
+    def measure(self, options: dict[str, Any]) -> dict[str, Any]:
+        from bench.agent_run import measure
+
+        return measure(options)
+
+    def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
+        self.stdout.write(
+            f"{result['held_out']} held-out goals, k={result['k']}, "
+            f"at most {result['max_steps']} steps"
+        )
+        for variant, rows in result["variants"].items():
+            self.stdout.write(f"\n{variant}:")
+            for memory, row in rows.items():
+                label = (
+                    f"{memory:>3} trajectories" if memory != "random" else "random k of the most"
+                )
+                low, high = row["success_ci95"]
+                self.stdout.write(
+                    f"  {label}: success {row['success_rate']:.0%} [{low:.0%}–{high:.0%}], "
+                    f"steps per success {row['steps_per_success']}, "
+                    f"failed calls {row['failed_calls']}"
+                )
+        self.stdout.write("\nRetrieval query (held-out expert steps, nearest stored step):")
+        for how, row in result["retrieval_queries"].items():
+            self.stdout.write(
+                f"  {how}: right action top-1 {row['top1_right_action']:.0%}, "
+                f"top-3 majority {row['top3_majority_right_action']:.0%}"
+            )
+        self.stdout.write(f"{result['minutes']} min")
