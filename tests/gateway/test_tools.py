@@ -6,10 +6,12 @@ answers with the tool's result)."""
 import json
 from typing import Any
 
+import litellm
 import pytest
 from django.test import Client
 
 from icrlhf.gateway.models import Call
+from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from tests.conftest import GatewayProcess, wait_for
@@ -98,6 +100,30 @@ def test_a_tool_loop_plain_and_streamed_through_the_openai_client(
     logged = queue.calls.filter(stream=True).get()
     assert "look_up_order" in logged.answer_text
     assert not queue.calls.exclude(capture=Call.Capture.NONE).exists()
+
+
+def test_litellm_as_the_applications_client_gets_tool_calls_plain_and_streamed(
+    gateway_process: GatewayProcess, fixed_llm: FixedLatencyLLM
+) -> None:
+    queue = QueueFactory()
+    _, token = token_create(queue=queue, name="litellm-app")
+    options: dict[str, Any] = {
+        "model": f"openai/{queue.slug}",
+        "api_base": gateway_process.base_url,
+        "api_key": token,
+        "messages": [{"role": "user", "content": QUESTION}],
+        "tools": [ORDER_TOOL],
+    }
+    answer = litellm.completion(**options)
+    (call,) = answer.choices[0].message.tool_calls
+    assert answer.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "look_up_order"
+    assert json.loads(call.function.arguments) == {"query": QUESTION}
+
+    chunks = list(litellm.completion(**options, stream=True))
+    pieces = [d for c in chunks for d in (c.choices[0].delta.tool_calls or [])]
+    assert pieces[0].function.name == "look_up_order"
+    assert json.loads("".join(p.function.arguments or "" for p in pieces)) == {"query": QUESTION}
 
 
 def test_structured_output_and_logprobs_pass_through(

@@ -119,11 +119,59 @@ def _general_queue(admin_user: Any) -> tuple[Queue, dict[str, list[Any]]]:
         )
     token_create(queue=queue, name="The help centre's chat widget")
     values = {
-        "item_id": [ready.pk, decided.pk, edited.pk],
+        "item_id": [ready.pk, decided.pk, edited.pk, _agent_step(queue).pk],
         "decision_id": [decision.pk],
         "candidate_id": [chosen.pk if chosen else 0],
     }
     return queue, values
+
+
+def _agent_step(queue: Queue) -> Item:
+    """A captured step of an agent: its conversation with a tool call and a long result, and
+    candidates that call tools with long arguments."""
+    lookup = {"name": "lookup_order", "arguments": json.dumps({"order_id": "4821"})}
+    item = ItemFactory(
+        queue=queue,
+        source=Item.Source.GATEWAY,
+        input_text="My order 4821 arrived broken.\n\n" + LONG_LINK,
+        conversation=[
+            {"role": "system", "content": "You are a shop's support agent."},
+            {"role": "user", "content": "My order 4821 arrived broken."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "call_0", "type": "function", "function": lookup}],
+            },
+            {
+                "role": "tool",
+                "tool_call_id": "call_0",
+                "content": json.dumps(
+                    {"order_id": "4821", "condition": "damaged", "tracking": LONG_LINK}
+                ),
+            },
+        ],
+        call_options={
+            "tools": [
+                {"type": "function", "function": {"name": name, "parameters": {}}}
+                for name in ("lookup_order", "refund", "escalate")
+            ]
+        },
+    )
+    generation = ready_generation(item, ["", "", "I am sorry: " + LONG_ANSWER])
+    for candidate, (name, arguments) in zip(
+        generation.candidates.order_by("position"),
+        [("refund", {"order_id": "4821", "note": LONG_LINK}), ("escalate", {"order_id": "4821"})],
+        strict=False,
+    ):
+        candidate.tool_calls = [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+        ]
+        candidate.save(update_fields=["tool_calls"])
+    return item
 
 
 def _ticket(queue: Queue, subject: str, **fields: Any) -> Item:
