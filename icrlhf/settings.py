@@ -142,6 +142,7 @@ INSTALLED_APPS = [
     "icrlhf.export",
     "icrlhf.insights",
     "icrlhf.gateway",
+    "icrlhf.trajectories",
     "icrlhf.accounts",
     "icrlhf.ops",
 ]

@@ -21,8 +21,9 @@ from icrlhf.integrations.redaction import redact
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.kinds import kind_of
 from icrlhf.memory.selectors import Recall, RetrievedExample, examples_recall_anywhere
-from icrlhf.memory.signatures import PLAIN, Signature
+from icrlhf.memory.signatures import PLAIN, Signature, tool_names
 from icrlhf.queues.models import Queue
+from icrlhf.trajectories.services import step_record
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class Plan:
     params: dict[str, Any] = field(default_factory=dict)
     # The caller's tool and output fields (tools, tool_choice, response_format, …), passed on.
     options: dict[str, Any] = field(default_factory=dict)
+    # The agent run the caller names (X-Icrlhf-Trajectory, or metadata.trajectory_id).
+    trajectory_key: str = ""
 
     def upstream(self) -> dict[str, Any]:
         """The LLM call's arguments, as llm.acomplete and llm.astream take them."""
@@ -88,7 +91,7 @@ def decision_point(request: ChatRequest) -> str:
     return f"{request.goal}\n\n{last.text}".strip()
 
 
-def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
+def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -> Plan:
     """Retrieve the queue's preferred examples for the decision point; answer from the
     nearest one when it is similar enough (the queue's threshold) and a plain text answer is
     what the call asks for, else build the prompt with the review flow's builder: the queue's
@@ -129,6 +132,7 @@ def call_plan(*, queue: Queue, request: ChatRequest) -> Plan:
         holdout=holdout,
         capture=capture_reason(queue=queue, top_score=top_score, memory=memory),
         options=options,
+        trajectory_key=trajectory_key or (request.metadata or {}).get("trajectory_id", ""),
     )
 
     # Served as is, with no one reviewing it: only an approved example, where the queue asks.
@@ -217,7 +221,7 @@ def call_record(
             else turn
             for turn in context
         ]
-    return Call.objects.create(
+    call = Call.objects.create(
         id=call_id,
         queue=plan.queue,
         token=token,
@@ -243,3 +247,17 @@ def call_record(
         holdout=plan.holdout,
         capture=capture,
     )
+    if status_code == 200:
+        step_record(
+            queue=plan.queue,
+            key=plan.trajectory_key,
+            messages=context,
+            raw_messages=plan.context,
+            decision_point=request_text,
+            action_text=answer_text,
+            tool_calls=tool_calls or [],
+            tool_names=tool_names(plan.options.get("tools")),
+            call_id=call.pk,
+            created_at=call.created_at,
+        )
+    return call

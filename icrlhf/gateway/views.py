@@ -198,7 +198,10 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
         )
     release: limits.Slot | None = slot  # a stream's events give the slot back once the stream ends
     try:
-        plan = await _blocking(lambda: services.call_plan(queue=queue, request=chat))
+        key = request.headers.get("X-Icrlhf-Trajectory", "")
+        plan = await _blocking(
+            lambda: services.call_plan(queue=queue, request=chat, trajectory_key=key)
+        )
         call = _Call(id=uuid.uuid4(), plan=plan, token=token, started=started, stream=chat.stream)
         if chat.stream:
             include_usage = bool(chat.stream_options and chat.stream_options.include_usage)

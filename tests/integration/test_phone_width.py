@@ -33,6 +33,8 @@ from icrlhf.memory.models import Example, Retrieval
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Automation, Decision
+from icrlhf.trajectories.models import Trajectory
+from icrlhf.trajectories.services import step_record
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 from tests.support.browser import log_in, new_page
 
@@ -120,6 +122,7 @@ def _general_queue(admin_user: Any) -> tuple[Queue, dict[str, list[Any]]]:
     token_create(queue=queue, name="The help centre's chat widget")
     values = {
         "item_id": [ready.pk, decided.pk, edited.pk, _agent_step(queue).pk],
+        "trajectory_id": [_trajectory(queue).pk],
         "decision_id": [decision.pk],
         "candidate_id": [chosen.pk if chosen else 0],
     }
@@ -172,6 +175,37 @@ def _agent_step(queue: Queue) -> Item:
         ]
         candidate.save(update_fields=["tool_calls"])
     return item
+
+
+def _trajectory(queue: Queue) -> Trajectory:
+    """An agent's run of two steps: a tool call with long arguments, then a long answer."""
+    call = {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "lookup_order", "arguments": json.dumps({"note": LONG_LINK})},
+    }
+    goal = [{"role": "user", "content": "My order 4821 arrived broken. " + LONG_LINK}]
+    turns = [
+        *goal,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_0", "content": json.dumps({"url": LONG_LINK})},
+    ]
+    recorded = None
+    for messages, text, calls in ((goal, "", [call]), (turns, LONG_ANSWER, [])):
+        recorded = step_record(
+            queue=queue,
+            key="",
+            messages=messages,
+            raw_messages=messages,
+            decision_point=str(messages[-1]["content"]),
+            action_text=text,
+            tool_calls=calls,
+            tool_names=["lookup_order", "refund"],
+            call_id=None,
+            created_at=timezone.now(),
+        )
+    assert recorded is not None
+    return recorded.trajectory
 
 
 def _ticket(queue: Queue, subject: str, **fields: Any) -> Item:

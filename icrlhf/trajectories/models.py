@@ -1,0 +1,77 @@
+"""An agent's run: its goal, then steps of state → action → observation, and how it ended.
+
+The gateway groups calls into trajectories (services.step_record); the rows point at the
+gateway's calls by name ("gateway.Call"), so this app never imports the gateway."""
+
+import uuid
+
+from django.db import models
+from django.utils import timezone
+
+from icrlhf.queues.models import Queue
+
+
+class Trajectory(models.Model):
+    class Outcome(models.TextChoices):
+        OPEN = "", "not known yet"
+        SUCCEEDED = "succeeded", "succeeded"
+        FAILED = "failed", "failed"
+
+    class Grouping(models.TextChoices):
+        KEY = "key", "the caller's trajectory id"
+        CONTINUATION = "continuation", "its calls extend each other's messages"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="trajectories")
+    # The id the caller sent (X-Icrlhf-Trajectory or metadata.trajectory_id); "" when the
+    # calls were grouped by their messages.
+    key = models.CharField(max_length=200, blank=True)
+    grouping = models.CharField(max_length=12, choices=Grouping.choices)
+    goal = models.TextField(help_text="The first user message.")
+    tool_names = models.JSONField(default=list, blank=True, help_text="The tools offered.")
+    created_at = models.DateTimeField(default=timezone.now)
+    last_step_at = models.DateTimeField(default=timezone.now)
+    step_count = models.PositiveIntegerField(default=0)
+    outcome = models.CharField(max_length=10, choices=Outcome.choices, blank=True, default="")
+    reward = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_step_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["queue", "key"],
+                condition=~models.Q(key=""),
+                name="trajectory_key_unique_per_queue",
+            )
+        ]
+        indexes = [models.Index(fields=["queue", "last_step_at"])]
+
+    def __str__(self) -> str:
+        return f"trajectory {self.pk} in {self.queue}"
+
+
+class Step(models.Model):
+    """One decision: what the agent saw since its last step (the observation: tool results,
+    or the user's next words), the decision point memory searched with, and what it did."""
+
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps")
+    position = models.PositiveIntegerField()
+    # The call that made the decision (gone once the call log's retention removed it).
+    call = models.OneToOneField(
+        "gateway.Call", null=True, blank=True, on_delete=models.SET_NULL, related_name="step"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    observation = models.JSONField(default=list, blank=True)
+    decision_point = models.TextField()
+    action_text = models.TextField(blank=True)
+    tool_calls = models.JSONField(default=list, blank=True)
+    # SHA-256 of the conversation as the agent's next call sends it (this call's messages and
+    # its answer): how a later call without a trajectory id is recognised as the next step.
+    continuation_hash = models.CharField(max_length=64, db_index=True)
+
+    class Meta:
+        ordering = ["trajectory", "position", "pk"]
+        indexes = [models.Index(fields=["trajectory", "position"])]
+
+    def __str__(self) -> str:
+        return f"step {self.position} of {self.trajectory_id}"

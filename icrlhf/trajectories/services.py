@@ -1,0 +1,161 @@
+"""Grouping an agent's calls into trajectories, one step per call.
+
+A call belongs to the trajectory its caller names (the `X-Icrlhf-Trajectory` header, or
+`metadata.trajectory_id`). Without a name, it continues the trajectory whose step's messages
+and answer its own messages begin with: an agent sends its whole conversation every time, so
+the next call of a run extends the last one's. Otherwise it begins a new trajectory."""
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from icrlhf.queues.models import Queue
+from icrlhf.trajectories.models import Step, Trajectory
+
+KEY_MAX_LENGTH = 200
+
+
+def _comparable(message: dict[str, Any]) -> list[Any]:
+    """What identifies a message when a caller sends it back: an assistant's tool calls
+    (their ids, names and arguments; clients differ in the content they send beside them),
+    or a message's role, text and the call it answers."""
+    role = message.get("role")
+    calls = message.get("tool_calls") or []
+    if role == "assistant" and calls:
+        functions = [(c.get("id"), c.get("function") or {}) for c in calls]
+        return [role, [[id_, f.get("name"), f.get("arguments")] for id_, f in functions]]
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return [role, (content or "").strip(), message.get("tool_call_id") or ""]
+
+
+def conversation_hash(messages: list[dict[str, Any]]) -> str:
+    comparable = [_comparable(m) for m in messages if m.get("role") not in ("system", "developer")]
+    return hashlib.sha256(json.dumps(comparable, ensure_ascii=False).encode()).hexdigest()
+
+
+def answer_message(text: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The assistant message a call's answer becomes in the caller's next call."""
+    return {"role": "assistant", "content": None if tool_calls else text, "tool_calls": tool_calls}
+
+
+@dataclass(frozen=True)
+class StepRecorded:
+    trajectory: Trajectory
+    step: Step
+
+
+def step_record(
+    *,
+    queue: Queue,
+    key: str,
+    messages: list[dict[str, Any]],
+    raw_messages: list[dict[str, Any]],
+    decision_point: str,
+    action_text: str,
+    tool_calls: list[dict[str, Any]],
+    tool_names: list[str],
+    call_id: Any,
+    created_at: datetime,
+) -> StepRecorded:
+    """Record one call as the next step of its trajectory.
+
+    `raw_messages` are the call's messages as the caller sent them (for recognising the
+    continuation); `messages` as they are stored (redacted when REDACTION says so)."""
+    key = key.strip()[:KEY_MAX_LENGTH]
+    continuation = conversation_hash([*raw_messages, answer_message(action_text, tool_calls)])
+    with transaction.atomic():
+        trajectory, seen = _trajectory_for(queue=queue, key=key, raw_messages=raw_messages)
+        if trajectory is None:
+            trajectory = _trajectory_create(
+                queue=queue, key=key, messages=messages, tool_names=tool_names, at=created_at
+            )
+        # The observation: what the agent saw since its previous step (all of it, first).
+        observation = [m for m in messages[seen:] if m.get("role") not in ("system", "developer")]
+        Trajectory.objects.filter(pk=trajectory.pk).update(
+            step_count=F("step_count") + 1, last_step_at=created_at
+        )
+        trajectory.refresh_from_db(fields=["step_count", "last_step_at"])
+        step = Step.objects.create(
+            trajectory=trajectory,
+            position=trajectory.step_count - 1,
+            call_id=call_id,
+            created_at=created_at,
+            observation=observation,
+            decision_point=decision_point,
+            action_text="" if tool_calls else action_text,
+            tool_calls=tool_calls,
+            continuation_hash=continuation,
+        )
+    return StepRecorded(trajectory=trajectory, step=step)
+
+
+def _trajectory_for(
+    *, queue: Queue, key: str, raw_messages: list[dict[str, Any]]
+) -> tuple[Trajectory | None, int]:
+    """The trajectory the call continues, and how many of its messages that trajectory has
+    seen already (None, 0: a new one)."""
+    if key:
+        named = Trajectory.objects.filter(queue=queue, key=key).first()
+        seen = 0
+        if named is not None:
+            seen = _longest_continued(named, raw_messages)
+        return named, seen
+    for end in range(len(raw_messages), 0, -1):
+        if raw_messages[end - 1].get("role") != "assistant":
+            continue
+        earlier = (
+            Step.objects.filter(
+                trajectory__queue=queue,
+                continuation_hash=conversation_hash(raw_messages[:end]),
+            )
+            .select_related("trajectory")
+            .order_by("-created_at")
+            .first()
+        )
+        if earlier is not None:
+            return earlier.trajectory, end
+    return None, 0
+
+
+def _longest_continued(trajectory: Trajectory, raw_messages: list[dict[str, Any]]) -> int:
+    """How many of the messages the named trajectory's steps already had (its latest step's
+    conversation and answer, when the messages begin with them)."""
+    hashes = set(trajectory.steps.values_list("continuation_hash", flat=True))
+    for end in range(len(raw_messages), 0, -1):
+        if raw_messages[end - 1].get("role") == "assistant" and (
+            conversation_hash(raw_messages[:end]) in hashes
+        ):
+            return end
+    return 0
+
+
+def _trajectory_create(
+    *,
+    queue: Queue,
+    key: str,
+    messages: list[dict[str, Any]],
+    tool_names: list[str],
+    at: datetime,
+) -> Trajectory:
+    goal = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
+    fields = {
+        "grouping": Trajectory.Grouping.KEY if key else Trajectory.Grouping.CONTINUATION,
+        "goal": goal,
+        "tool_names": tool_names,
+        "created_at": at,
+        "last_step_at": at,
+    }
+    if not key:
+        return Trajectory.objects.create(queue=queue, **fields)
+    try:
+        with transaction.atomic():
+            return Trajectory.objects.create(queue=queue, key=key, **fields)
+    except IntegrityError:  # two first calls of one named run at once: one row wins
+        return Trajectory.objects.get(queue=queue, key=key)

@@ -1,0 +1,117 @@
+"""The trajectory pages and admin: members of the queue only, per role; everything the agent
+and the model wrote is escaped."""
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from icrlhf.trajectories.models import Trajectory
+from icrlhf.trajectories.services import step_record
+from tests.factories import QueueFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+HOSTILE = "<script>alert('x')</script>"
+
+
+def _trajectory(queue: Any) -> Trajectory:
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "lookup_order", "arguments": '{"order_id": "' + HOSTILE + '"}'},
+    }
+    goal = [{"role": "user", "content": f"Where is order 4821? {HOSTILE}"}]
+    first = step_record(
+        queue=queue,
+        key="",
+        messages=goal,
+        raw_messages=goal,
+        decision_point=goal[0]["content"],
+        action_text="",
+        tool_calls=[call],
+        tool_names=["lookup_order"],
+        call_id=None,
+        created_at=timezone.now(),
+    )
+    turns = [
+        *goal,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": f"In transit {HOSTILE}"},
+    ]
+    step_record(
+        queue=queue,
+        key="",
+        messages=turns,
+        raw_messages=turns,
+        decision_point="Where is order 4821?",
+        action_text=f"It is on its way. {HOSTILE}",
+        tool_calls=[],
+        tool_names=["lookup_order"],
+        call_id=None,
+        created_at=timezone.now(),
+    )
+    return first.trajectory
+
+
+@pytest.mark.parametrize("role", ["viewers", "members", "curators"])
+def test_every_role_of_the_queue_sees_its_trajectories_timeline_escaped(role: str) -> None:
+    person = UserFactory()
+    queue = QueueFactory(**{role: [person]})
+    trajectory = _trajectory(queue)
+    client = Client()
+    client.force_login(person)
+    listing = client.get(f"/q/{queue.slug}/trajectories/")
+    assert listing.status_code == 200
+    assert f"/q/{queue.slug}/trajectories/{trajectory.pk}/" in listing.content.decode()
+    page = client.get(f"/q/{queue.slug}/trajectories/{trajectory.pk}/").content.decode()
+    assert "Step 1" in page and "Step 2" in page
+    assert "lookup_order" in page and "It is on its way." in page
+    assert HOSTILE not in page and "&lt;script&gt;" in page
+    assert client.get(f"/q/{queue.slug}/trajectories/?outcome=failed").status_code == 200
+
+
+def test_no_one_outside_the_queue_sees_its_trajectories_even_through_their_own_queue() -> None:
+    outsider = UserFactory()
+    queue, own = QueueFactory(), QueueFactory(members=[outsider])
+    trajectory = _trajectory(queue)
+    client = Client()
+    client.force_login(outsider)
+    assert client.get(f"/q/{queue.slug}/trajectories/").status_code == 404
+    assert client.get(f"/q/{queue.slug}/trajectories/{trajectory.pk}/").status_code == 404
+    # Another queue's trajectory through the outsider's own queue's address: not found.
+    assert client.get(f"/q/{own.slug}/trajectories/{trajectory.pk}/").status_code == 404
+    assert trajectory.goal not in client.get(f"/q/{own.slug}/trajectories/").content.decode()
+    anonymous = Client().get(f"/q/{queue.slug}/trajectories/{trajectory.pk}/")
+    assert anonymous.status_code == 302 and "/accounts/login/" in anonymous["Location"]
+
+
+def test_the_admin_shows_a_staff_member_only_their_queues_trajectories() -> None:
+    curator = UserFactory(is_staff=True)
+    mine, theirs = QueueFactory(curators=[curator]), QueueFactory()
+    own, foreign = _trajectory(mine), _trajectory(theirs)
+    client = Client()
+    client.force_login(curator)
+    listing = client.get("/admin/trajectories/trajectory/").content.decode()
+    assert f"/admin/trajectories/trajectory/{own.pk}/change/" in listing
+    assert f"/admin/trajectories/trajectory/{foreign.pk}/change/" not in listing
+    assert client.get(f"/admin/trajectories/trajectory/{foreign.pk}/change/").status_code == 302
+    changed = client.post(
+        f"/admin/trajectories/trajectory/{own.pk}/change/",
+        {
+            "outcome": "succeeded",
+            "reward": "1",
+            "steps-TOTAL_FORMS": "2",
+            "steps-INITIAL_FORMS": "2",
+            "steps-MIN_NUM_FORMS": "0",
+            "steps-MAX_NUM_FORMS": "1000",
+            "steps-0-id": own.steps.order_by("position")[0].pk,
+            "steps-0-trajectory": own.pk,
+            "steps-1-id": own.steps.order_by("position")[1].pk,
+            "steps-1-trajectory": own.pk,
+        },
+    )
+    assert changed.status_code == 302, changed.content.decode()[:2000]
+    own.refresh_from_db()
+    assert (own.outcome, own.reward) == ("succeeded", 1.0)
