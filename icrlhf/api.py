@@ -18,6 +18,7 @@ from icrlhf.export.api import router as export_router
 from icrlhf.ingest.api import CreationLimitReached, items_router
 from icrlhf.ingest.api import router as tickets_router
 from icrlhf.ingest.auth import TokenAuth
+from icrlhf.trajectories.api import router as feedback_router
 
 
 def _with_a_way_back(docs_view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -101,6 +102,7 @@ def _field_path(location: Any) -> str:
 api.add_router("/", items_router)
 api.add_router("/", tickets_router)
 api.add_router("/", export_router)
+api.add_router("/", feedback_router)
 
 
 def api_urls() -> tuple[Any, str, str]:

@@ -68,7 +68,7 @@ def _out(item: Item, created: bool) -> TicketOut:
     )
 
 
-def _not_json(request: HttpRequest) -> Status[object] | None:
+def not_json(request: HttpRequest) -> Status[object] | None:
     """A body is read as JSON only when it says it is JSON (a text/plain body from a form
     on another site must not create tickets)."""
     if request.content_type == "application/json":
@@ -94,7 +94,7 @@ def _create(token: IntegrationToken, ticket: TicketIn) -> tuple[Item, bool]:
 )
 def ticket_post(request: HttpRequest, payload: TicketIn) -> Status[object]:
     token = token_of(request)
-    if (wrong_type := _not_json(request)) is not None:
+    if (wrong_type := not_json(request)) is not None:
         return wrong_type
     _creation_check(token, 1)
     try:
@@ -111,7 +111,7 @@ def ticket_post(request: HttpRequest, payload: TicketIn) -> Status[object]:
 )
 def tickets_batch(request: HttpRequest, payload: BatchIn) -> Status[object]:
     token = token_of(request)
-    if (wrong_type := _not_json(request)) is not None:
+    if (wrong_type := not_json(request)) is not None:
         return wrong_type
     _creation_check(token, len(payload.tickets))
     return _batch("tickets", payload.tickets, lambda ticket: _out(*_create(token, ticket)))
@@ -252,7 +252,7 @@ def _final_text(item: Item, decision: Decision | None, automation: Automation | 
 )
 def item_post(request: HttpRequest, payload: ItemIn) -> Status[object]:
     token = token_of(request)
-    if (wrong_type := _not_json(request)) is not None:
+    if (wrong_type := not_json(request)) is not None:
         return wrong_type
     _creation_check(token, 1, "items")
     try:
@@ -269,7 +269,7 @@ def item_post(request: HttpRequest, payload: ItemIn) -> Status[object]:
 )
 def items_batch(request: HttpRequest, payload: ItemBatchIn) -> Status[object]:
     token = token_of(request)
-    if (wrong_type := _not_json(request)) is not None:
+    if (wrong_type := not_json(request)) is not None:
         return wrong_type
     _creation_check(token, len(payload.items), "items")
     return _batch(

@@ -68,6 +68,8 @@ class Step(models.Model):
     # SHA-256 of the conversation as the agent's next call sends it (this call's messages and
     # its answer): how a later call without a trajectory id is recognised as the next step.
     continuation_hash = models.CharField(max_length=64, db_index=True)
+    # The latest reward the application gave this step's call (feedback on the call).
+    reward = models.FloatField(null=True, blank=True)
 
     class Meta:
         ordering = ["trajectory", "position", "pk"]
@@ -75,3 +77,37 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"step {self.position} of {self.trajectory_id}"
+
+
+class Feedback(models.Model):
+    """What the application says about a call or a whole run: a reward, success, a comment,
+    and optionally the action that would have been right. Posted once per key (idempotent)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="feedback")
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="feedback")
+    # On one step (the call it was posted on); none: on the whole trajectory.
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.CASCADE, related_name="feedback"
+    )
+    # The caller's key for this feedback (Idempotency-Key, or the body's feedback_id): the
+    # same key again returns the first one and changes nothing.
+    key = models.CharField(max_length=200)
+    reward = models.FloatField(null=True, blank=True)
+    success = models.BooleanField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+    # {"content": "..."} or {"tool_calls": [...]}, in OpenAI's shape.
+    corrected_action = models.JSONField(default=dict, blank=True)
+    token = models.ForeignKey(
+        "ingest.IntegrationToken", null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["queue", "key"], name="feedback_key_unique_per_queue")
+        ]
+
+    def __str__(self) -> str:
+        return f"feedback {self.pk} on {self.trajectory_id}"

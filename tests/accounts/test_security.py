@@ -12,6 +12,7 @@ from django.apps import apps
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 
 from icrlhf.generation.models import Generation
 from icrlhf.ingest.services import token_create
@@ -19,6 +20,7 @@ from icrlhf.memory.models import CurationEvent, Example
 from icrlhf.queues.models import Queue
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Automation, Decision
+from icrlhf.trajectories.services import step_record
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
 pytestmark = pytest.mark.django_db
@@ -63,7 +65,21 @@ def world(user: Any) -> dict[str, str]:
         audit=False,
         final_text="applied",
     )
+    goal = [{"role": "user", "content": "Where is order 4821?"}]
+    trajectory = step_record(
+        queue=queue,
+        key="run-1",
+        messages=goal,
+        raw_messages=goal,
+        decision_point="Where is order 4821?",
+        action_text="Monday.",
+        tool_calls=[],
+        tool_names=[],
+        call_id=None,
+        created_at=timezone.now(),
+    ).trajectory
     return {
+        "trajectory_id": str(trajectory.pk),
         "automation_id": str(automation.pk),
         "slug": queue.slug,
         "item_id": str(item.pk),
@@ -123,6 +139,7 @@ def test_a_user_outside_the_queue_reaches_none_of_its_objects(
     for route in sorted(set(routes())):
         named = re.findall(r"<(?:\w+:)?(\w+)>", route)
         objects = {"slug", "item_id", "candidate_id", "decision_id", "automation_id"}
+        objects |= {"trajectory_id"}
         if not (set(named) & objects) and not (
             route.startswith("admin/") and route != "admin/login/"
         ):

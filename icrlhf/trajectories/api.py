@@ -1,0 +1,139 @@
+"""The feedback API: the application says how a call or a whole run went. Mounted by
+icrlhf/api.py; a token with the `feedback` scope, for its own queue's calls only."""
+
+import math
+import uuid
+from typing import Any, Literal
+
+from django.http import HttpRequest
+from ninja import Field, Router, Schema, Status
+from pydantic import field_validator, model_validator
+
+from icrlhf.ingest.api import not_json
+from icrlhf.ingest.auth import TokenAuth, token_of
+from icrlhf.ingest.models import Scope
+from icrlhf.ingest.schemas import ErrorOut
+from icrlhf.trajectories.feedback import FeedbackTargetMissing, feedback_record
+
+router = Router(tags=["feedback"], auth=TokenAuth(scope=Scope.FEEDBACK))
+
+REWARD_LIMIT = 1e6
+
+
+class FunctionIn(Schema):
+    name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    arguments: str = Field("{}", max_length=100_000)
+
+
+class ToolCallIn(Schema):
+    id: str = Field("", max_length=200)
+    type: Literal["function"] = "function"
+    function: FunctionIn
+
+
+class ActionIn(Schema):
+    content: str | None = Field(None, max_length=100_000)
+    tool_calls: list[ToolCallIn] | None = Field(None, max_length=32)
+
+    @model_validator(mode="after")
+    def _one_action(self) -> "ActionIn":
+        if not self.content and not self.tool_calls:
+            raise ValueError("give the right action as `content` or `tool_calls`")
+        return self
+
+
+class FeedbackIn(Schema):
+    call_id: uuid.UUID | None = Field(
+        None, description="The call (X-Icrlhf-Call of its answer): feedback on that one step."
+    )
+    trajectory_id: str | None = Field(
+        None,
+        max_length=200,
+        description="The run: the id you sent as X-Icrlhf-Trajectory or metadata.trajectory_id, "
+        "or the trajectory's own id. Give this or call_id.",
+    )
+    reward: float | None = Field(
+        None, description="A scalar reward, any scale your application uses (e.g. 0 to 1)."
+    )
+    success: bool | None = Field(None, description="Whether the call or run achieved its goal.")
+    comment: str = Field("", max_length=5000)
+    corrected_action: ActionIn | None = Field(
+        None, description="What would have been right at that step, as text or tool calls."
+    )
+    feedback_id: str = Field(
+        "",
+        max_length=200,
+        description="Your id for this feedback; sending it again changes nothing. The "
+        "Idempotency-Key header does the same. Without either, identical feedback is "
+        "recorded once.",
+    )
+
+    @field_validator("reward")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and (not math.isfinite(value) or abs(value) > REWARD_LIMIT):
+            raise ValueError(f"must be a finite number within ±{REWARD_LIMIT:g}")
+        return value
+
+    @field_validator("comment", "feedback_id", "trajectory_id")
+    @classmethod
+    def _no_nul(cls, value: str | None) -> str | None:
+        if value and "\x00" in value:
+            raise ValueError("must not contain NUL (0x00) characters")
+        return value
+
+    @model_validator(mode="after")
+    def _complete(self) -> "FeedbackIn":
+        if (self.call_id is None) == (not self.trajectory_id):
+            raise ValueError("give either call_id or trajectory_id")
+        if self.reward is None and self.success is None:
+            raise ValueError("give a reward, success, or both")
+        return self
+
+
+class FeedbackOut(Schema):
+    id: uuid.UUID
+    trajectory_id: uuid.UUID
+    step: int | None = Field(None, description="The step's position (0 first) for a call.")
+    reward: float | None
+    success: bool | None
+    created: bool = Field(description="False when this feedback had been posted before.")
+
+
+@router.post(
+    "/feedback",
+    response={201: FeedbackOut, 200: FeedbackOut, 404: ErrorOut, 415: ErrorOut, 422: ErrorOut},
+    summary="Say how a call or a run went (a reward, success; idempotent)",
+)
+def feedback_post(request: HttpRequest, payload: FeedbackIn) -> Status[object]:
+    token = token_of(request)
+    if (wrong_type := not_json(request)) is not None:
+        return wrong_type
+    corrected: dict[str, Any] = (
+        payload.corrected_action.model_dump(exclude_none=True) if payload.corrected_action else {}
+    )
+    key = request.headers.get("Idempotency-Key", "")[:200] or payload.feedback_id
+    try:
+        recorded = feedback_record(
+            queue=token.queue,
+            token=token,
+            call_id=payload.call_id,
+            trajectory_ref=payload.trajectory_id,
+            reward=payload.reward,
+            success=payload.success,
+            comment=payload.comment,
+            corrected_action=corrected,
+            key=key,
+        )
+    except FeedbackTargetMissing as missing:
+        return Status(404, {"detail": f"{missing} Nothing was saved.", "errors": []})
+    feedback = recorded.feedback
+    body = FeedbackOut(
+        id=feedback.pk,
+        trajectory_id=feedback.trajectory_id,
+        step=feedback.step.position if feedback.step else None,
+        reward=feedback.reward,
+        success=feedback.success,
+        created=recorded.created,
+    )
+    return Status(201 if recorded.created else 200, body)

@@ -1,0 +1,121 @@
+"""The feedback API: a reward and success on a call or a run, idempotent, for the token's own
+queue only, with clear errors that save nothing."""
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from icrlhf.gateway.models import Call
+from icrlhf.ingest.services import token_create
+from icrlhf.queues.models import Queue
+from icrlhf.trajectories.models import Feedback, Step, Trajectory
+from icrlhf.trajectories.services import step_record
+from tests.factories import QueueFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _step(queue: Queue, *, key: str = "") -> Step:
+    messages = [{"role": "user", "content": "Where is order 4821?"}]
+    return step_record(
+        queue=queue,
+        key=key,
+        messages=messages,
+        raw_messages=messages,
+        decision_point="Where is order 4821?",
+        action_text="It ships Monday.",
+        tool_calls=[],
+        tool_names=[],
+        call_id=None,
+        created_at=timezone.now(),
+    ).step
+
+
+def _post(token: str, body: dict[str, Any], **headers: str) -> Any:
+    return Client().post(
+        "/api/v1/feedback",
+        json.dumps(body),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token}", **headers},
+    )
+
+
+def test_feedback_on_a_run_sets_its_reward_and_outcome_once_per_key() -> None:
+    queue = QueueFactory()
+    step = _step(queue, key="run-7")
+    token = token_create(queue=queue, name="agent")[1]
+    body = {"trajectory_id": "run-7", "reward": 0.8, "success": True, "comment": "Solved."}
+    first = _post(token, body, **{"Idempotency-Key": "fb-1"})
+    assert first.status_code == 201, first.content
+    assert first.json()["created"] is True and first.json()["step"] is None
+    trajectory = Trajectory.objects.get()
+    assert (trajectory.reward, trajectory.outcome) == (0.8, "succeeded")
+    # The same key again changes nothing, even with another reward.
+    again = _post(token, {**body, "reward": 0.1}, **{"Idempotency-Key": "fb-1"})
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    assert Trajectory.objects.get().reward == 0.8
+    # Without a key, identical feedback is recorded once; by the trajectory's own id too.
+    plain = {"trajectory_id": str(step.trajectory_id), "success": False}
+    assert _post(token, plain).status_code == 201
+    assert _post(token, plain).status_code == 200
+    assert Feedback.objects.count() == 2
+    assert Trajectory.objects.get().outcome == "failed"
+
+
+def test_feedback_on_a_call_rewards_its_step_with_the_right_action() -> None:
+    queue = QueueFactory()
+    step = _step(queue)
+    call_id = uuid.uuid4()  # the id the gateway answered with (X-Icrlhf-Call)
+    call = Call.objects.create(
+        id=call_id, queue=queue, source="model", memory="used", request_text="Where?"
+    )
+    Step.objects.filter(pk=step.pk).update(call=call)
+    token = token_create(queue=queue, name="agent")[1]
+    corrected = {
+        "tool_calls": [{"function": {"name": "refund", "arguments": '{"order_id": "4821"}'}}]
+    }
+    answer = _post(token, {"call_id": str(call_id), "reward": 0, "corrected_action": corrected})
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["step"] == 0
+    assert Step.objects.get().reward == 0
+    stored = Feedback.objects.get()
+    assert stored.corrected_action["tool_calls"][0]["function"]["name"] == "refund"
+    assert Trajectory.objects.get().reward is None  # a step's reward is the step's
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"reward": 1}, "body"),  # no target
+        ({"trajectory_id": "r", "call_id": str(uuid.uuid4()), "reward": 1}, "body"),
+        ({"trajectory_id": "r"}, "body"),  # neither reward nor success
+        ({"trajectory_id": "r", "reward": "lots"}, "reward"),
+        ({"trajectory_id": "r", "reward": 1e300}, "reward"),
+        ({"trajectory_id": "r", "reward": 1, "corrected_action": {}}, "corrected_action"),
+    ],
+)
+def test_bad_feedback_is_refused_field_by_field_and_saves_nothing(
+    body: dict[str, Any], field: str
+) -> None:
+    queue = QueueFactory()
+    _step(queue, key="r")
+    answer = _post(token_create(queue=queue, name="agent")[1], body)
+    assert answer.status_code == 422, answer.content
+    assert any(e["field"].startswith(field) for e in answer.json()["errors"]), answer.json()
+    assert not Feedback.objects.exists()
+
+
+def test_a_token_reaches_only_its_own_queues_runs_and_needs_the_feedback_scope() -> None:
+    mine, theirs = QueueFactory(), QueueFactory()
+    _step(theirs, key="their-run")
+    token = token_create(queue=mine, name="agent")[1]
+    missing = _post(token, {"trajectory_id": "their-run", "reward": 1})
+    assert missing.status_code == 404 and "Nothing was saved" in missing.json()["detail"]
+    unscoped = token_create(queue=theirs, name="reader", scopes=["items"])[1]
+    assert _post(unscoped, {"trajectory_id": "their-run", "reward": 1}).status_code == 403
+    assert _post("not-a-token", {"trajectory_id": "their-run", "reward": 1}).status_code == 401
+    assert not Feedback.objects.exists()
