@@ -1,7 +1,12 @@
 from django import forms
 
 from icrlhf.queues.models import Queue
-from icrlhf.queues.services import AUTOMATION_FIELDS, GATEWAY_FIELDS, ROUTING_FIELDS
+from icrlhf.queues.services import (
+    AUTOMATION_FIELDS,
+    GATEWAY_FIELDS,
+    REWARD_FIELDS,
+    ROUTING_FIELDS,
+)
 
 
 class RoutingForm(forms.ModelForm[Queue]):
@@ -14,6 +19,7 @@ class RoutingForm(forms.ModelForm[Queue]):
             "capture_below_similarity": forms.NumberInput(attrs={"step": "0.01"}),
             "memory_answer_threshold": forms.NumberInput(attrs={"step": "0.01"}),
             "auto_apply_threshold": forms.NumberInput(attrs={"step": "0.01"}),
+            "reward_threshold": forms.NumberInput(attrs={"step": "any"}),
         }
 
     def gateway_fields(self) -> list[forms.BoundField]:
@@ -21,3 +27,6 @@ class RoutingForm(forms.ModelForm[Queue]):
 
     def automation_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in AUTOMATION_FIELDS]
+
+    def reward_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in REWARD_FIELDS]

@@ -188,6 +188,18 @@ class ExampleAdmin(QueueScopedAdmin[Example]):
     @admin.display(description="provenance")
     def provenance(self, example: Example) -> str:
         decision = example.decision
+        if decision is None:  # learnt from the application's reward on an agent's step
+            step = example.step
+            if step is None:
+                return "–"
+            url = reverse("trajectories:detail", args=[example.queue.slug, step.trajectory_id])
+            return format_html(
+                "Rewarded {} by the application: <a href='{}#step-{}'>step {} of its run</a>",
+                example.reward,
+                url,
+                step.position,
+                step.position + 1,
+            )
         generation = decision.generation
         item_url = reverse("review:item", args=[decision.item_id])
         prompt = "\n\n".join(f"[{m['role']}] {m['content']}" for m in generation.messages)

@@ -28,8 +28,21 @@ class Example(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="examples")
+    # Where it was learnt: a reviewer's decision, or an agent's step that the application
+    # rewarded (feedback, through the queue's reward rule).
     decision = models.ForeignKey(
-        "review.Decision", on_delete=models.CASCADE, related_name="examples"
+        "review.Decision",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="examples",
+    )
+    step = models.ForeignKey(
+        "trajectories.Step",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="examples",
     )
     candidate = models.ForeignKey(
         "generation.Candidate",

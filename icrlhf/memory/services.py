@@ -73,6 +73,60 @@ def examples_record(
     return examples
 
 
+@dataclass(frozen=True)
+class RewardedStep:
+    """An agent's step the application rewarded: the state it decided from, its action, and
+    the reward, with the signature it was made under."""
+
+    step_id: int
+    input_text: str  # the decision point
+    action_text: str
+    tool_calls: list[dict[str, Any]]
+    conversation: list[dict[str, Any]]  # the turns before the action
+    tool_names: list[str]
+    output_format: dict[str, Any]
+    reward: float
+    preferred: bool
+    # The results its tool calls got (the next step's tool messages), where known.
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+
+def rewarded_steps_record(*, queue_id: int, steps: Sequence[RewardedStep]) -> list[Example]:
+    """Store rewarded steps as examples (preferred or rejected, with the application's
+    reward) and index them once the feedback commits. A step already stored is left as it
+    is: the first reward that reached memory stands, as a reviewer's decision does."""
+    stored = set(
+        Example.objects.filter(step_id__in=[s.step_id for s in steps]).values_list(
+            "step_id", flat=True
+        )
+    )
+    examples = Example.objects.bulk_create(
+        Example(
+            queue_id=queue_id,
+            step_id=step.step_id,
+            input_text=step.input_text,
+            output_text=signatures.action_text(step.action_text, step.tool_calls),
+            reward=step.reward,
+            role=Example.Role.PREFERRED if step.preferred else Example.Role.REJECTED,
+            tool_names=step.tool_names,
+            output_format=step.output_format,
+            # As a decision's: a step made with tools is kept as turns.
+            turns=[
+                *_turns(step.conversation, ExampleDraft(None, step.action_text, step.tool_calls)),
+                *step.results,
+            ]
+            if step.tool_names
+            else [],
+        )
+        for step in steps
+        if step.step_id not in stored
+    )
+    example_ids = [str(example.pk) for example in examples]
+    if example_ids:
+        transaction.on_commit(lambda: tasks.examples_index.delay(example_ids), robust=True)
+    return examples
+
+
 def _turns(conversation: Sequence[dict[str, Any]], draft: ExampleDraft) -> list[dict[str, Any]]:
     """The step as OpenAI turns: the conversation (the caller's system text is its own, not
     the step's), then the action."""

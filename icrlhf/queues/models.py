@@ -82,6 +82,15 @@ class Queue(models.Model):
         help_text="Gateway calls whose nearest preferred example is at least this similar "
         "(cosine) get its answer, with no LLM call. Empty: always ask the model.",
     )
+    reward_threshold = models.FloatField(
+        "store rewarded runs as memory at reward",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(-1e6), MaxValueValidator(1e6)],
+        help_text="When the application posts a reward (or success: 1, failure: 0) on a run "
+        "or a call, its steps are stored as preferred examples at or above this reward and as "
+        "rejected ones below it. Empty: feedback is kept but never reaches memory.",
+    )
     memory_answers_need_approval = models.BooleanField(
         "answers from memory need a curator's approval",
         default=False,

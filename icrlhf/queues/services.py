@@ -17,8 +17,9 @@ GATEWAY_FIELDS = (
     "memory_answers_need_approval",
 )
 AUTOMATION_FIELDS = ("auto_apply_threshold", "audit_percent")
+REWARD_FIELDS = ("reward_threshold",)
 # Edited on the queue's routing page, each change audited (RoutingChange).
-ROUTING_FIELDS = GATEWAY_FIELDS + AUTOMATION_FIELDS
+ROUTING_FIELDS = GATEWAY_FIELDS + AUTOMATION_FIELDS + REWARD_FIELDS
 
 
 def item_input_validate(*, input_text: str) -> str:

@@ -283,6 +283,17 @@ def test_a_reviewed_tool_call_reaches_the_next_similar_steps_prompt_as_openai_tu
         {"role": "user", "content": similar},
     ]
 
+    # That call was captured too: its candidates (the worker's calls, with the example in
+    # their prompts) must be done before the endpoint's latest request is read again.
+    wait_for(
+        lambda: (
+            Item.objects.filter(queue=queue).count() == 2
+            and not Item.objects.filter(
+                queue=queue, status__in=[Item.Status.NEW, Item.Status.GENERATING]
+            ).exists()
+        ),
+        what="the second capture's candidates",
+    )
     other_tool = {"type": "function", "function": {**ORDER_TOOL["function"], "name": "refund"}}
     for tools in ([other_tool], None):
         kwargs: dict[str, Any] = {"tools": tools} if tools else {}

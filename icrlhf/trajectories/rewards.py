@@ -1,0 +1,60 @@
+"""The queue's reward rule: rewarded steps become memory, preferred at or above the queue's
+threshold and rejected below it (the icrl library stores only verified successes; a reward
+below the bar teaches what not to do)."""
+
+from typing import Any
+
+from icrlhf.memory.models import Example
+from icrlhf.memory.services import RewardedStep, rewarded_steps_record
+from icrlhf.queues.models import Queue
+from icrlhf.trajectories.models import Step, Trajectory
+
+
+def _action_message(step: Step) -> dict[str, Any]:
+    if step.tool_calls:
+        return {"role": "assistant", "content": None, "tool_calls": step.tool_calls}
+    return {"role": "assistant", "content": step.action_text}
+
+
+def _output_format(step: Step) -> dict[str, Any]:
+    options = step.call.options if step.call is not None else {}
+    output_format: dict[str, Any] = options.get("response_format") or {}
+    return {} if output_format.get("type") == "text" else output_format
+
+
+def rewards_apply(
+    *, queue: Queue, trajectory: Trajectory, reward: float, step: Step | None = None
+) -> list[Example]:
+    """Store the run's steps (or the one step) with `reward`, under the queue's rule; nothing
+    when the queue has none."""
+    if queue.reward_threshold is None:
+        return []
+    preferred = reward >= queue.reward_threshold
+    rewarded: list[RewardedStep] = []
+    conversation: list[dict[str, Any]] = []
+    steps = list(trajectory.steps.select_related("call").order_by("position", "pk"))
+    for each, following in zip(steps, [*steps[1:], None], strict=True):
+        conversation += each.observation
+        if step is None or each.pk == step.pk:
+            answered = {call.get("id") for call in each.tool_calls}
+            results = [
+                m
+                for m in (following.observation if following is not None else [])
+                if m.get("role") == "tool" and m.get("tool_call_id") in answered
+            ]
+            rewarded.append(
+                RewardedStep(
+                    step_id=each.pk,
+                    input_text=each.decision_point,
+                    action_text=each.action_text,
+                    tool_calls=each.tool_calls,
+                    conversation=list(conversation),
+                    tool_names=trajectory.tool_names,
+                    output_format=_output_format(each),
+                    reward=reward,
+                    preferred=preferred,
+                    results=results,
+                )
+            )
+        conversation.append(_action_message(each))
+    return rewarded_steps_record(queue_id=queue.pk, steps=rewarded)

@@ -1,0 +1,164 @@
+"""The queue's reward rule: feedback turns a run's steps into memory, preferred at or above
+the threshold and rejected below it; and the next similar run gets them in its prompt."""
+
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from icrlhf.ingest.services import token_create
+from icrlhf.memory.models import Example
+from icrlhf.queues.models import Queue
+from icrlhf.trajectories.feedback import feedback_record
+from icrlhf.trajectories.models import Trajectory
+from icrlhf.trajectories.services import step_record
+from tests.conftest import GatewayProcess, wait_for
+from tests.factories import QueueFactory
+from tests.gateway.test_endpoint import client_for
+from tests.gateway.test_tools import ORDER_TOOL
+from tests.support.fixed_latency_llm import FixedLatencyLLM
+
+LOOKUP = {
+    "id": "call_7",
+    "type": "function",
+    "function": {"name": "lookup_order", "arguments": '{"order_id": "4821"}'},
+}
+RESULT = {"role": "tool", "tool_call_id": "call_7", "content": '{"condition": "damaged"}'}
+GOAL = {"role": "user", "content": "My order 4821 arrived broken."}
+
+
+def _run(queue: Queue, key: str) -> Trajectory:
+    first = [GOAL]
+    second = [GOAL, {"role": "assistant", "tool_calls": [LOOKUP]}, RESULT]
+    for messages, text, calls in ((first, "", [LOOKUP]), (second, "Refunded.", [])):
+        recorded = step_record(
+            queue=queue,
+            key=key,
+            messages=messages,
+            raw_messages=messages,
+            decision_point=str(messages[-1]["content"]),
+            action_text=text,
+            tool_calls=calls,
+            tool_names=["lookup_order", "refund"],
+            call_id=None,
+            created_at=timezone.now(),
+        )
+    return recorded.trajectory
+
+
+def _feedback(queue: Queue, key: str, **fields: Any) -> None:
+    feedback_record(
+        queue=queue,
+        token=None,
+        call_id=None,
+        trajectory_ref=key,
+        reward=fields.get("reward"),
+        success=fields.get("success"),
+    )
+
+
+@pytest.mark.django_db
+def test_a_rewarded_run_becomes_step_examples_as_the_rule_says() -> None:
+    queue = QueueFactory(reward_threshold=0.5)
+    trajectory = _run(queue, "good")
+    _feedback(queue, "good", reward=0.9)
+    lookup, reply = (
+        Example.objects.get(step__trajectory=trajectory, step__position=p) for p in (0, 1)
+    )
+    assert (lookup.role, lookup.reward, lookup.decision) == ("preferred", 0.9, None)
+    assert lookup.tool_names == ["lookup_order", "refund"]
+    # The step as turns: the goal, the call, and the result it got (the next step saw it).
+    assert lookup.turns == [
+        GOAL,
+        {"role": "assistant", "content": None, "tool_calls": [LOOKUP]},
+        RESULT,
+    ]
+    assert lookup.input_text == GOAL["content"]
+    assert reply.turns[-1] == {"role": "assistant", "content": "Refunded."}
+    # Posted again (another key), the first reward that reached memory stands.
+    feedback_record(
+        queue=queue,
+        token=None,
+        call_id=None,
+        trajectory_ref="good",
+        reward=0.1,
+        success=None,
+        key="again",
+    )
+    assert Example.objects.filter(queue=queue).count() == 2
+
+    _run(queue, "bad")
+    _feedback(queue, "bad", success=False)  # failure counts as 0: below the bar
+    assert set(
+        Example.objects.filter(step__trajectory__key="bad").values_list("role", "reward")
+    ) == {("rejected", 0.0)}
+
+
+@pytest.mark.django_db
+def test_without_a_rule_feedback_is_kept_but_never_reaches_memory() -> None:
+    queue = QueueFactory(reward_threshold=None)
+    _run(queue, "run")
+    _feedback(queue, "run", reward=1.0, success=True)
+    assert Trajectory.objects.get().outcome == "succeeded"
+    assert not Example.objects.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_feedback_on_a_run_reaches_the_next_similar_runs_prompt_at_that_step(
+    gateway_process: GatewayProcess, fixed_llm: FixedLatencyLLM
+) -> None:
+    """Through the real gateway and worker: a run's tool call and its result, rewarded by
+    the application, are in the prompt of the next run's same decision point."""
+    queue = QueueFactory(reward_threshold=0.5, memory_candidates=0, capture_percent=0)
+    client = client_for(gateway_process, queue)
+    question = "Where is order 1234?"
+    messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
+    first = client.chat.completions.create(
+        model=queue.slug,
+        messages=messages,
+        tools=[ORDER_TOOL],
+        extra_headers={"X-Icrlhf-Trajectory": "run-a"},
+    )
+    (call,) = first.choices[0].message.tool_calls or []
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "Shipped on Monday."},
+    ]
+    client.chat.completions.create(
+        model=queue.slug,
+        messages=messages,
+        tools=[ORDER_TOOL],
+        extra_headers={"X-Icrlhf-Trajectory": "run-a"},
+    )
+    wait_for(
+        lambda: Trajectory.objects.filter(queue=queue, step_count=2).exists(),
+        what="the run's two steps",
+    )
+    posted = Client().post(
+        "/api/v1/feedback",
+        json.dumps({"trajectory_id": "run-a", "reward": 1.0, "success": True}),
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token_create(queue=queue, name='app')[1]}"},
+    )
+    assert posted.status_code == 201, posted.content
+    wait_for(
+        lambda: (
+            Example.objects.filter(queue=queue, index_state=Example.IndexState.INDEXED).count() == 2
+        ),
+        what="the rewarded steps indexed",
+    )
+
+    client.chat.completions.create(
+        model=queue.slug,
+        messages=[{"role": "user", "content": "Where is order 1299?"}],
+        tools=[ORDER_TOOL],
+    )
+    sent = fixed_llm.last_request["messages"]
+    example_id = f"example1_{call.id}"
+    assert {"role": "user", "content": question} in sent
+    assert any(m.get("tool_calls") and m["tool_calls"][0]["id"] == example_id for m in sent), sent
+    assert {"role": "tool", "tool_call_id": example_id, "content": "Shipped on Monday."} in sent
+    assert sent[-1] == {"role": "user", "content": "Where is order 1299?"}
