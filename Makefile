@@ -21,7 +21,7 @@ help:
 	@echo "make test   - install everything and run the whole test suite"
 	@echo "make bench  - run the benchmarks (local LLM speed, pipeline and review page on both"
 	@echo "              databases, the reviewer's day, the gateway, curation, export, learning,"
-	@echo "              production replay)"
+	@echo "              production replay, agents)"
 	@echo "make chaos  - inject faults into the real loop and print what was lost or stuck"
 	@echo "make lint   - ruff, mypy and the import layers (import-linter)"
 
@@ -90,6 +90,7 @@ bench: install-test models secret-key
 	$(BIN)/python manage.py bench_export $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_learning $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_traffic $(BENCH_ARGS)
+	$(BIN)/python manage.py bench_agent $(BENCH_ARGS)
 
 chaos: install-test models secret-key
 	$(BIN)/python manage.py chaos $(CHAOS_ARGS)
