@@ -2,7 +2,8 @@
 
 A call older than that loses its request, the caller's context and the answer; its figures
 (source, timings, tokens, scores, holdout) stay for the dashboard. A captured call's review
-item is the queue's own data and keeps what review needs."""
+item is the queue's own data and keeps what review needs. A trajectory whose last step is
+that old loses its goal, its steps' messages and actions, and its feedback's comments."""
 
 from datetime import datetime, timedelta
 
@@ -10,6 +11,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from icrlhf.gateway.models import Call
+from icrlhf.trajectories.services import trajectories_purge
 
 PURGED = ""
 
@@ -23,4 +25,6 @@ def calls_purge(*, now: datetime) -> int:
     expired = Call.objects.filter(created_at__lt=now - timedelta(days=days)).filter(
         ~Q(request_text=PURGED) | ~Q(answer_text=PURGED) | ~Q(context=[])
     )
+    # The runs these calls made up hold the same words: their steps, goals and feedback.
+    trajectories_purge(before=now - timedelta(days=days))
     return expired.update(request_text=PURGED, context=[], answer_text=PURGED)

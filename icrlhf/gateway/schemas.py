@@ -146,6 +146,17 @@ class ChatRequest(BaseModel):
     functions: None = Field(default=None, description="Send `tools` instead.")
     audio: None = Field(default=None, description="Audio output is not supported.")
 
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_plain(cls, metadata: dict[str, str] | None) -> dict[str, str] | None:
+        """OpenAI's limits: 16 keys of up to 64 characters, values of up to 512; no NUL."""
+        for key, value in (metadata or {}).items():
+            if len(key) > 64 or len(value) > 512:
+                raise ValueError("keys may have 64 characters, values 512")
+            if "\x00" in key or "\x00" in value:
+                raise ValueError("must not contain NUL (0x00) characters")
+        return metadata
+
     @field_validator("functions", "audio", mode="before")
     @classmethod
     def _refuse(cls, value: Any) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError
 
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
@@ -210,7 +211,7 @@ def call_record(
     error: str = "",
 ) -> Call:
     capture = plan.capture if status_code == 200 else Call.Capture.NONE  # only a whole answer
-    request_text, context = plan.request_text, plan.context
+    request_text, context, raw_answer_text = plan.request_text, plan.context, answer_text
     if settings.REDACTION == "all" or (settings.REDACTION == "captured" and capture):
         # Before anything is stored (and, through the review item, embedded): the caller got
         # its answer already; what is kept has placeholders where the personal data was.
@@ -248,16 +249,20 @@ def call_record(
         capture=capture,
     )
     if status_code == 200:
-        step_record(
-            queue=plan.queue,
-            key=plan.trajectory_key,
-            messages=context,
-            raw_messages=plan.context,
-            decision_point=request_text,
-            action_text=answer_text,
-            tool_calls=tool_calls or [],
-            tool_names=tool_names(plan.options.get("tools")),
-            call_id=call.pk,
-            created_at=call.created_at,
-        )
+        try:
+            step_record(
+                queue=plan.queue,
+                key=plan.trajectory_key,
+                messages=context,
+                raw_messages=plan.context,
+                decision_point=request_text,
+                action_text=answer_text,
+                raw_action_text=raw_answer_text,
+                tool_calls=tool_calls or [],
+                tool_names=tool_names(plan.options.get("tools")),
+                call_id=call.pk,
+                created_at=call.created_at,
+            )
+        except DatabaseError:  # the call is logged and answered: its step is what is lost
+            logger.exception("Call %s was logged without its trajectory step", call.pk)
     return call

@@ -198,7 +198,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
         )
     release: limits.Slot | None = slot  # a stream's events give the slot back once the stream ends
     try:
-        key = request.headers.get("X-Icrlhf-Trajectory", "")
+        key = request.headers.get("X-Icrlhf-Trajectory", "").replace("\x00", "")
         plan = await _blocking(
             lambda: services.call_plan(queue=queue, request=chat, trajectory_key=key)
         )

@@ -44,7 +44,7 @@ REFERENCE_PREAMBLE = (
 )
 STEPS_PREAMBLE = (
     "The earlier turns of this conversation are other runs of this task, each ending with the "
-    "step that succeeded there (reward 1.0). Take the next step of the last run in the same way."
+    "step that was preferred there. Take the next step of the last run in the same way."
 )
 _OUR_TAGS = re.compile(r"<(/?)(example|request|preferred_answer)>", re.IGNORECASE)
 

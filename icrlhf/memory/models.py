@@ -37,11 +37,13 @@ class Example(models.Model):
         on_delete=models.CASCADE,
         related_name="examples",
     )
+    # RESTRICT: a run whose steps are memory is not deleted around curation (its examples are
+    # retired or deleted through curation first); a queue's deletion takes both.
     step = models.ForeignKey(
         "trajectories.Step",
         null=True,
         blank=True,
-        on_delete=models.CASCADE,
+        on_delete=models.RESTRICT,
         related_name="examples",
     )
     candidate = models.ForeignKey(

@@ -18,11 +18,20 @@ from icrlhf.trajectories.feedback import FeedbackTargetMissing, feedback_record
 router = Router(tags=["feedback"], auth=TokenAuth(scope=Scope.FEEDBACK))
 
 REWARD_LIMIT = 1e6
+KEY_MAX_LENGTH = 200
+
+
+def _no_nul(value: str | None) -> str | None:
+    if value and "\x00" in value:
+        raise ValueError("must not contain NUL (0x00) characters")
+    return value
 
 
 class FunctionIn(Schema):
     name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     arguments: str = Field("{}", max_length=100_000)
+
+    _arguments_plain = field_validator("arguments")(_no_nul)
 
 
 class ToolCallIn(Schema):
@@ -30,10 +39,14 @@ class ToolCallIn(Schema):
     type: Literal["function"] = "function"
     function: FunctionIn
 
+    _id_plain = field_validator("id")(_no_nul)
+
 
 class ActionIn(Schema):
     content: str | None = Field(None, max_length=100_000)
     tool_calls: list[ToolCallIn] | None = Field(None, max_length=32)
+
+    _content_plain = field_validator("content")(_no_nul)
 
     @model_validator(mode="after")
     def _one_action(self) -> "ActionIn":
@@ -75,16 +88,11 @@ class FeedbackIn(Schema):
             raise ValueError(f"must be a finite number within ±{REWARD_LIMIT:g}")
         return value
 
-    @field_validator("comment", "feedback_id", "trajectory_id")
-    @classmethod
-    def _no_nul(cls, value: str | None) -> str | None:
-        if value and "\x00" in value:
-            raise ValueError("must not contain NUL (0x00) characters")
-        return value
+    _text_plain = field_validator("comment", "feedback_id", "trajectory_id")(_no_nul)
 
     @model_validator(mode="after")
     def _complete(self) -> "FeedbackIn":
-        if (self.call_id is None) == (not self.trajectory_id):
+        if (self.call_id is None) == (not (self.trajectory_id or "").strip()):
             raise ValueError("give either call_id or trajectory_id")
         if self.reward is None and self.success is None:
             raise ValueError("give a reward, success, or both")
@@ -112,7 +120,11 @@ def feedback_post(request: HttpRequest, payload: FeedbackIn) -> Status[object]:
     corrected: dict[str, Any] = (
         payload.corrected_action.model_dump(exclude_none=True) if payload.corrected_action else {}
     )
-    key = request.headers.get("Idempotency-Key", "")[:200] or payload.feedback_id
+    key = request.headers.get("Idempotency-Key", "") or payload.feedback_id
+    if len(key) > KEY_MAX_LENGTH or "\x00" in key:
+        problem = {"field": "Idempotency-Key", "message": "at most 200 characters, no NUL"}
+        invalid = "The request is invalid; nothing was saved."
+        return Status(422, {"detail": invalid, "errors": [problem]})
     try:
         recorded = feedback_record(
             queue=token.queue,

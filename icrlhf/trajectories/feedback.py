@@ -41,7 +41,8 @@ def _target(
             )
         return step.trajectory, step
     reference = (trajectory_ref or "").strip()
-    found = Trajectory.objects.filter(queue=queue, key=reference).first()
+    # Runs grouped by their messages have no key: "" names none of them.
+    found = Trajectory.objects.filter(queue=queue, key=reference).exclude(key="").first()
     if found is None:
         try:
             found = Trajectory.objects.filter(queue=queue, pk=uuid.UUID(reference)).first()

@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from icrlhf.queues.models import Queue
-from icrlhf.trajectories.models import Step, Trajectory
+from icrlhf.trajectories.models import Feedback, Step, Trajectory
 
 KEY_MAX_LENGTH = 200
 
@@ -63,13 +63,16 @@ def step_record(
     tool_names: list[str],
     call_id: Any,
     created_at: datetime,
+    raw_action_text: str | None = None,
 ) -> StepRecorded:
     """Record one call as the next step of its trajectory.
 
-    `raw_messages` are the call's messages as the caller sent them (for recognising the
-    continuation); `messages` as they are stored (redacted when REDACTION says so)."""
+    `raw_messages` and `raw_action_text` are the call's messages and answer as the caller has
+    them (for recognising the continuation); `messages` and `action_text` as they are stored
+    (redacted when REDACTION says so)."""
     key = key.strip()[:KEY_MAX_LENGTH]
-    continuation = conversation_hash([*raw_messages, answer_message(action_text, tool_calls)])
+    answered = action_text if raw_action_text is None else raw_action_text
+    continuation = conversation_hash([*raw_messages, answer_message(answered, tool_calls)])
     with transaction.atomic():
         trajectory, seen = _trajectory_for(queue=queue, key=key, raw_messages=raw_messages)
         if trajectory is None:
@@ -101,39 +104,37 @@ def _trajectory_for(
 ) -> tuple[Trajectory | None, int]:
     """The trajectory the call continues, and how many of its messages that trajectory has
     seen already (None, 0: a new one)."""
+    # Each prefix that ends with an assistant message, longest first: the earlier steps' ends.
+    prefixes = {
+        conversation_hash(raw_messages[:end]): end
+        for end in range(len(raw_messages), 0, -1)
+        if raw_messages[end - 1].get("role") == "assistant"
+    }
     if key:
         named = Trajectory.objects.filter(queue=queue, key=key).first()
-        seen = 0
-        if named is not None:
-            seen = _longest_continued(named, raw_messages)
-        return named, seen
-    for end in range(len(raw_messages), 0, -1):
-        if raw_messages[end - 1].get("role") != "assistant":
-            continue
-        earlier = (
-            Step.objects.filter(
-                trajectory__queue=queue,
-                continuation_hash=conversation_hash(raw_messages[:end]),
-            )
-            .select_related("trajectory")
-            .order_by("-created_at")
-            .first()
+        if named is None:
+            return None, 0
+        hashes = named.steps.filter(continuation_hash__in=prefixes).values_list(
+            "continuation_hash", flat=True
         )
-        if earlier is not None:
-            return earlier.trajectory, end
-    return None, 0
+        return named, max((prefixes[h] for h in hashes), default=0)
+    candidates = Step.objects.filter(
+        trajectory__queue=queue, continuation_hash__in=prefixes
+    ).select_related("trajectory")
 
+    def is_latest(step: Step) -> bool:
+        return step.position == step.trajectory.step_count - 1
 
-def _longest_continued(trajectory: Trajectory, raw_messages: list[dict[str, Any]]) -> int:
-    """How many of the messages the named trajectory's steps already had (its latest step's
-    conversation and answer, when the messages begin with them)."""
-    hashes = set(trajectory.steps.values_list("continuation_hash", flat=True))
-    for end in range(len(raw_messages), 0, -1):
-        if raw_messages[end - 1].get("role") == "assistant" and (
-            conversation_hash(raw_messages[:end]) in hashes
-        ):
-            return end
-    return 0
+    # The longest conversation continued, and only from its run's latest step: two people who
+    # began alike ("hi", the same greeting) and went on apart are two runs, not one.
+    best = max(
+        candidates,
+        key=lambda s: (prefixes[s.continuation_hash], is_latest(s), s.created_at),
+        default=None,
+    )
+    if best is None or not is_latest(best):
+        return None, 0
+    return best.trajectory, prefixes[best.continuation_hash]
 
 
 def _trajectory_create(
@@ -159,3 +160,16 @@ def _trajectory_create(
             return Trajectory.objects.create(queue=queue, key=key, **fields)
     except IntegrityError:  # two first calls of one named run at once: one row wins
         return Trajectory.objects.get(queue=queue, key=key)
+
+
+def trajectories_purge(*, before: datetime) -> int:
+    """Blank what end users wrote in runs whose last step is older than `before` (the call
+    log's retention): goals, steps' messages and actions, feedback's comments. Outcomes,
+    rewards and step counts stay."""
+    expired = Trajectory.objects.filter(last_step_at__lt=before).exclude(goal="")
+    ids = list(expired.values_list("pk", flat=True))
+    Step.objects.filter(trajectory_id__in=ids).update(
+        observation=[], decision_point="", action_text="", tool_calls=[]
+    )
+    Feedback.objects.filter(trajectory_id__in=ids).update(comment="", corrected_action={})
+    return expired.update(goal="")

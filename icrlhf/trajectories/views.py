@@ -1,4 +1,5 @@
-"""A queue's trajectories: the list, and one run's timeline. Members of the queue only."""
+"""A queue's trajectories: the list, and one run's timeline. Like the call log, for the
+queue's reviewers and curators (viewers see figures, not what end users wrote)."""
 
 import uuid
 
@@ -6,13 +7,14 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from icrlhf.queues.access import queue_for_member
+from icrlhf.queues.access import queue_for_member, review_check
 from icrlhf.trajectories.models import Trajectory
 from icrlhf.trajectories.selectors import PAGE_SIZE, steps_of, trajectories_recent
 
 
 def trajectory_list(request: HttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
+    review_check(request.user, queue)  # what end users wrote: reviewers and curators only
     outcome = request.GET.get("outcome")
     if outcome not in Trajectory.Outcome.values:
         outcome = None
@@ -30,6 +32,7 @@ def trajectory_list(request: HttpRequest, slug: str) -> HttpResponse:
 
 def trajectory_detail(request: HttpRequest, slug: str, trajectory_id: uuid.UUID) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
+    review_check(request.user, queue)
     trajectory = get_object_or_404(Trajectory, pk=trajectory_id, queue=queue)
     context = {"queue": queue, "trajectory": trajectory, "steps": steps_of(trajectory)}
     return render(request, "trajectories/detail.html", context)

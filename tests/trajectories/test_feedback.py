@@ -96,6 +96,11 @@ def test_feedback_on_a_call_rewards_its_step_with_the_right_action() -> None:
         ({"trajectory_id": "r", "reward": "lots"}, "reward"),
         ({"trajectory_id": "r", "reward": 1e300}, "reward"),
         ({"trajectory_id": "r", "reward": 1, "corrected_action": {}}, "corrected_action"),
+        ({"trajectory_id": "  ", "reward": 1}, "body"),  # blank: names no run
+        (
+            {"trajectory_id": "r", "reward": 1, "corrected_action": {"content": "a\x00"}},
+            "corrected_action.content",
+        ),
     ],
 )
 def test_bad_feedback_is_refused_field_by_field_and_saves_nothing(
@@ -118,4 +123,13 @@ def test_a_token_reaches_only_its_own_queues_runs_and_needs_the_feedback_scope()
     unscoped = token_create(queue=theirs, name="reader", scopes=["items"])[1]
     assert _post(unscoped, {"trajectory_id": "their-run", "reward": 1}).status_code == 403
     assert _post("not-a-token", {"trajectory_id": "their-run", "reward": 1}).status_code == 401
+    assert not Feedback.objects.exists()
+
+
+def test_an_idempotency_key_longer_than_kept_is_refused_not_cut() -> None:
+    queue = QueueFactory()
+    _step(queue, key="r")
+    token = token_create(queue=queue, name="agent")[1]
+    answer = _post(token, {"trajectory_id": "r", "reward": 1}, **{"Idempotency-Key": "k" * 201})
+    assert answer.status_code == 422 and answer.json()["errors"][0]["field"] == "Idempotency-Key"
     assert not Feedback.objects.exists()

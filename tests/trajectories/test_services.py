@@ -99,3 +99,63 @@ def test_calls_that_name_their_run_are_grouped_by_it_per_queue() -> None:
         queue, [GOAL, {"role": "assistant", "tool_calls": [LOOKUP]}, RESULT], key=run
     )
     assert continued.step.observation == [RESULT]
+
+
+def test_two_runs_that_began_alike_stay_two_runs() -> None:
+    """Two people say the same first words and get the same answer; each goes on in their own
+    run (only a run's latest step is continued)."""
+    queue = QueueFactory()
+    greeting = {"role": "assistant", "content": "Hello! How can I help?"}
+    hello = {"role": "user", "content": "hi"}
+    first = _record(queue, [hello], text=greeting["content"])
+    second = _record(queue, [hello], text=greeting["content"])
+    ana = _record(queue, [hello, greeting, {"role": "user", "content": "My card is lost."}])
+    ben = _record(queue, [hello, greeting, {"role": "user", "content": "Where is my order?"}])
+    assert first.trajectory != second.trajectory
+    runs = {ana.trajectory.pk, ben.trajectory.pk}
+    assert len(runs) == 2 and (first.trajectory.pk in runs or second.trajectory.pk in runs)
+
+
+def test_a_redacted_answer_is_still_recognised_when_the_caller_sends_it_back() -> None:
+    queue = QueueFactory()
+    said = "Write to ana@example.com."
+    first = step_record(
+        queue=queue,
+        key="",
+        messages=[GOAL],
+        raw_messages=[GOAL],
+        decision_point=GOAL["content"],
+        action_text="Write to [EMAIL].",  # as stored
+        raw_action_text=said,  # as the caller got it
+        tool_calls=[],
+        tool_names=[],
+        call_id=None,
+        created_at=timezone.now(),
+    )
+    thanks = {"role": "user", "content": "Thanks"}
+    follow = _record(queue, [GOAL, {"role": "assistant", "content": said}, thanks])
+    assert follow.trajectory == first.trajectory
+
+
+def test_the_call_logs_retention_blanks_what_runs_hold(settings: Any) -> None:
+    from datetime import timedelta
+
+    from icrlhf.gateway.retention import calls_purge
+    from icrlhf.trajectories.models import Feedback
+
+    queue = QueueFactory()
+    recorded = _record(queue, [SYSTEM, GOAL], tool_calls=[LOOKUP], key="old")
+    Feedback.objects.create(
+        queue=queue, trajectory=recorded.trajectory, key="k", reward=1, comment="Ana's order"
+    )
+    settings.CALL_RETENTION_DAYS = 30
+    calls_purge(now=timezone.now() + timedelta(days=31))
+    trajectory = Trajectory.objects.get()
+    step = trajectory.steps.get()
+    assert (trajectory.goal, step.decision_point, step.observation, step.tool_calls) == (
+        "",
+        "",
+        [],
+        [],
+    )
+    assert Feedback.objects.get().comment == "" and trajectory.step_count == 1

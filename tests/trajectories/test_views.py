@@ -55,8 +55,18 @@ def _trajectory(queue: Any) -> Trajectory:
     return first.trajectory
 
 
-@pytest.mark.parametrize("role", ["viewers", "members", "curators"])
-def test_every_role_of_the_queue_sees_its_trajectories_timeline_escaped(role: str) -> None:
+def test_a_viewer_sees_no_runs_what_end_users_wrote_is_for_reviewers() -> None:
+    viewer = UserFactory()
+    queue = QueueFactory(viewers=[viewer])
+    trajectory = _trajectory(queue)
+    client = Client()
+    client.force_login(viewer)
+    assert client.get(f"/q/{queue.slug}/trajectories/").status_code == 403
+    assert client.get(f"/q/{queue.slug}/trajectories/{trajectory.pk}/").status_code == 403
+
+
+@pytest.mark.parametrize("role", ["members", "curators"])
+def test_reviewers_and_curators_see_the_queues_trajectories_timeline_escaped(role: str) -> None:
     person = UserFactory()
     queue = QueueFactory(**{role: [person]})
     trajectory = _trajectory(queue)
