@@ -206,6 +206,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
     latencies = [
         seconds_between(example.indexed_at, example.decision.created_at)
         for example in Example.objects.filter(pk__in=preferred_ids).select_related("decision")
+        if example.decision is not None  # every one here: all come from decisions
     ]
     fairness = _fairness(options, reviewer=reviewer, idle_wall_s=statistics.median(walls))
     return {
