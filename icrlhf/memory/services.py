@@ -44,9 +44,7 @@ def examples_record(
     its turns: the caller's conversation, then the action."""
     options = call_options or {}
     names = signatures.tool_names(options.get("tools"))
-    output_format = options.get("response_format") or {}
-    if output_format.get("type") == "text":
-        output_format = {}
+    output_format = signatures.output_format(options)
     drafts = (
         [(preferred, PREFERRED_REWARD, Example.Role.PREFERRED)] if preferred is not None else []
     )

@@ -73,6 +73,12 @@ def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
     return sorted({tool["function"]["name"] for tool in tools or []})
 
 
+def output_format(options: dict[str, Any]) -> dict[str, Any]:
+    """The output format a call's options ask for, as a step keeps it ({} for plain text)."""
+    asked: dict[str, Any] = options.get("response_format") or {}
+    return {} if asked.get("type") == "text" else asked
+
+
 def _canonical(response_format: dict[str, Any] | None) -> tuple[tuple[str, str], ...]:
     """A format as a comparable value: `text` is no format; the rest compare by their whole
     JSON (two schemas that differ in one field are two formats)."""

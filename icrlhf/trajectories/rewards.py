@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 
 from icrlhf.integrations.redaction import redact
+from icrlhf.memory import signatures
 from icrlhf.memory.models import Example
 from icrlhf.memory.services import RewardedStep, rewarded_steps_record
 from icrlhf.queues.models import Queue
@@ -23,18 +24,12 @@ def _tool_names(step: Step, trajectory: Trajectory) -> list[str]:
     """The tools this step's call offered (a run may change them between calls)."""
     if step.call is None:
         return [str(name) for name in trajectory.tool_names]
-    return sorted({tool["function"]["name"] for tool in step.call.options.get("tools") or []})
+    return signatures.tool_names(step.call.options.get("tools"))
 
 
 def _redacted(message: dict[str, Any]) -> dict[str, Any]:
     content = message.get("content")
     return {**message, "content": redact(content).text} if isinstance(content, str) else message
-
-
-def _output_format(step: Step) -> dict[str, Any]:
-    options = step.call.options if step.call is not None else {}
-    output_format: dict[str, Any] = options.get("response_format") or {}
-    return {} if output_format.get("type") == "text" else output_format
 
 
 def rewards_apply(
@@ -73,7 +68,9 @@ def rewards_apply(
                     tool_calls=each.tool_calls,
                     conversation=list(conversation),
                     tool_names=_tool_names(each, trajectory),
-                    output_format=_output_format(each),
+                    output_format=signatures.output_format(
+                        each.call.options if each.call is not None else {}
+                    ),
                     reward=reward,
                     preferred=preferred,
                     results=results,
