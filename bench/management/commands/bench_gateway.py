@@ -47,6 +47,12 @@ class Command(WorldCommand):
             "--sizes", default="1000,10000", help="Preferred examples per queue, comma-separated."
         )
         parser.add_argument("--database-url", default="", help="As for bench_pipeline.")
+        parser.add_argument(
+            "--recall-timeout",
+            type=float,
+            default=settings.GATEWAY_RECALL_TIMEOUT_S,
+            help="GATEWAY_RECALL_TIMEOUT_S for the gateway under test, s.",
+        )
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
         llm = FixedLatencyLLM(latency_s=options["latency"]).start()
@@ -56,6 +62,7 @@ class Command(WorldCommand):
                 database_url=options["database_url"],
                 LLM_API_BASE=llm.api_base,
                 LLM_MODEL="openai/fixed-latency",
+                GATEWAY_RECALL_TIMEOUT_S=str(options["recall_timeout"]),
             ) as here:
                 seeded = here.inside("bench_gateway", {**options, "phase": "seed"})
                 here.worker(concurrency=8)
