@@ -1,11 +1,15 @@
+from typing import Any
+
 import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.utils import timezone
 
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item, Membership, Queue
 from icrlhf.review.models import Decision
+from icrlhf.trajectories.services import StepRecorded, step_record
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -125,4 +129,30 @@ def stored_example(
         input_text=input_text,
         output_text=output_text,
         reward=1.0,
+    )
+
+
+def agent_step(
+    queue: Queue,
+    messages: list[dict[str, Any]],
+    *,
+    key: str = "",
+    text: str = "",
+    tool_calls: list[dict[str, Any]] | None = None,
+    tool_names: list[str] | None = None,
+    call_id: Any = None,
+) -> StepRecorded:
+    """One gateway call recorded as an agent's step, as the gateway records it (the messages
+    as the caller sent them, nothing redacted)."""
+    return step_record(
+        queue=queue,
+        key=key,
+        messages=messages,
+        raw_messages=messages,
+        decision_point=str(messages[-1].get("content") or ""),
+        action_text=text,
+        tool_calls=tool_calls or [],
+        tool_names=tool_names or [],
+        call_id=call_id,
+        created_at=timezone.now(),
     )

@@ -8,6 +8,7 @@ from django.http.response import HttpResponseBase
 from ninja import Router
 
 from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.export.trajectories import TrajectoryFilters, trajectory_export_lines
 from icrlhf.ingest.auth import TokenAuth, token_of
 from icrlhf.ingest.models import Scope
 from icrlhf.ingest.schemas import ErrorOut
@@ -42,4 +43,24 @@ def preferences_export(
         anonymize=anonymize,
     )
     lines = export_lines(fmt=format, filters=filters, consumer=f"token:{token.pk}")
+    return StreamingHttpResponse(lines, content_type="application/x-ndjson")
+
+
+@router.get(
+    "/exports/trajectories",
+    summary="Export this queue's agent runs as JSON lines (streamed)",
+    description="canonical: every run with its steps, rewards and feedback; openai: OpenAI's "
+    "chat fine-tuning format with tools, one line per run that succeeded; trl: TRL's "
+    "conversational format with tools, the same runs; pairs: a step's corrected action over "
+    "the one taken, in TRL's preference format.",
+    response={200: None, 422: ErrorOut},
+)
+def trajectories_export(
+    request: HttpRequest,
+    format: Literal["canonical", "openai", "trl", "pairs"] = "canonical",  # noqa: A002
+    outcome: Literal["", "succeeded", "failed", "open"] = "",
+) -> HttpResponseBase:
+    token = token_of(request)
+    filters = TrajectoryFilters(queue=token.queue, outcome=outcome)
+    lines = trajectory_export_lines(fmt=format, filters=filters, consumer=f"token:{token.pk}")
     return StreamingHttpResponse(lines, content_type="application/x-ndjson")

@@ -12,6 +12,11 @@ from django_htmx.middleware import HtmxDetails
 from icrlhf.export.formats import FORMATS
 from icrlhf.export.selectors import ExportSize, export_size
 from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.export.trajectories import (
+    TRAJECTORY_FORMATS,
+    TrajectoryFilters,
+    trajectory_export_lines,
+)
 from icrlhf.queues.access import Role, curates_any, is_admin, queues_with_role
 from icrlhf.queues.models import Queue
 from icrlhf.review.models import Decision
@@ -42,6 +47,21 @@ class ExportForm(forms.Form):
         self.fields["queue"].queryset = queues_with_role(user, Role.CURATOR)  # type: ignore[attr-defined]
 
 
+class TrajectoryExportForm(forms.Form):
+    format = forms.ChoiceField(choices=[(f, f) for f in TRAJECTORY_FORMATS])
+    queue = forms.ModelChoiceField(
+        queryset=Queue.objects.none(), required=False, empty_label="All queues"
+    )
+    outcome = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any"), ("succeeded", "Succeeded"), ("failed", "Failed"), ("open", "Not known")],
+    )
+
+    def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["queue"].queryset = queues_with_role(user, Role.CURATOR)  # type: ignore[attr-defined]
+
+
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
@@ -50,15 +70,17 @@ def _day_start(day: date | None) -> datetime | None:
     return timezone.make_aware(datetime.combine(day, time.min)) if day else None
 
 
+def _allowed_queue_ids(user: Any) -> frozenset[int] | None:
+    if is_admin(user):
+        return None
+    return frozenset(queues_with_role(user, Role.CURATOR).values_list("pk", flat=True))
+
+
 def _filters(data: dict[str, Any], user: Any) -> ExportFilters:
     until = data["decided_to"]
     return ExportFilters(
         queue=data["queue"],
-        allowed_queue_ids=(
-            None
-            if is_admin(user)
-            else frozenset(queues_with_role(user, Role.CURATOR).values_list("pk", flat=True))
-        ),
+        allowed_queue_ids=_allowed_queue_ids(user),
         decided_from=_day_start(data["decided_from"]),
         decided_to=_day_start(until.fromordinal(until.toordinal() + 1)) if until else None,
         reviewer=data["reviewer"].strip(),
@@ -101,9 +123,31 @@ def export_page(request: HtmxHttpRequest) -> HttpResponseBase:
     lines = export_lines(
         fmt=data["format"], filters=_filters(data, request.user), consumer=_consumer(request)
     )
+    return _download(lines, data["format"])
+
+
+def _download(lines: Any, name: str) -> StreamingHttpResponse:
     response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
     stamp = timezone.now().strftime("%Y%m%d-%H%M")
-    response["Content-Disposition"] = (
-        f'attachment; filename="icrlhf-{data["format"]}-{stamp}.jsonl"'
-    )
+    response["Content-Disposition"] = f'attachment; filename="icrlhf-{name}-{stamp}.jsonl"'
     return response
+
+
+def trajectory_export_page(request: HttpRequest) -> HttpResponseBase:
+    """Curators download their queues' agent runs, streamed."""
+    if not curates_any(request.user):
+        raise PermissionDenied("Only curators and admins export, each the queues they curate.")
+    form = TrajectoryExportForm(request.POST or None, user=request.user)
+    if request.method != "POST" or not form.is_valid():
+        status = 400 if form.errors else 200
+        return render(request, "export/trajectories.html", {"form": form}, status=status)
+    data = form.cleaned_data
+    filters = TrajectoryFilters(
+        queue=data["queue"],
+        allowed_queue_ids=_allowed_queue_ids(request.user),
+        outcome=data["outcome"],
+    )
+    lines = trajectory_export_lines(
+        fmt=data["format"], filters=filters, consumer=_consumer(request)
+    )
+    return _download(lines, f"trajectories-{data['format']}")

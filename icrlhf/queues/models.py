@@ -91,6 +91,12 @@ class Queue(models.Model):
         "or a call, its steps are stored as preferred examples at or above this reward and as "
         "rejected ones below it. Empty: feedback is kept but never reaches memory.",
     )
+    rewards_need_approval = models.BooleanField(
+        "rewarded runs need a reviewer's approval",
+        default=False,
+        help_text="Rewarded runs wait on their page until a reviewer or curator approves "
+        "them into memory (or declines); nothing reaches memory before.",
+    )
     memory_answers_need_approval = models.BooleanField(
         "answers from memory need a curator's approval",
         default=False,

@@ -27,8 +27,16 @@ class StepInline(admin.TabularInline[Step, Trajectory]):
 @admin.register(Trajectory)
 class TrajectoryAdmin(QueueScopedAdmin[Trajectory]):
     curators_manage = True
-    list_display = ["goal_short", "queue", "step_count", "outcome", "reward", "last_step_at"]
-    list_filter = ["queue", "outcome", "grouping"]
+    list_display = [
+        "goal_short",
+        "queue",
+        "step_count",
+        "outcome",
+        "reward",
+        "approval",
+        "last_step_at",
+    ]
+    list_filter = ["queue", "outcome", "approval", "grouping"]
     search_fields = ["goal", "key"]
     date_hierarchy = "last_step_at"
     readonly_fields = [
@@ -41,6 +49,10 @@ class TrajectoryAdmin(QueueScopedAdmin[Trajectory]):
         "created_at",
         "last_step_at",
         "step_count",
+        # Approval is decided on the run's page, where its steps are read first.
+        "approval",
+        "approved_by",
+        "approved_at",
     ]
     fields = [*readonly_fields, "outcome", "reward"]
     inlines = [StepInline]

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
-from icrlhf.trajectories.rewards import rewards_apply
+from icrlhf.trajectories.rewards import learnt_reward, rewards_apply
 
 
 class FeedbackTargetMissing(Exception):
@@ -95,10 +95,14 @@ def feedback_record(
             )
             if step is not None and reward is not None:
                 Step.objects.filter(pk=step.pk).update(reward=reward)
-            # What memory learns: the reward, or success as 1 and failure as 0.
-            learnt = reward if reward is not None else (None if success is None else float(success))
-            if learnt is not None:
-                rewards_apply(queue=queue, trajectory=trajectory, reward=learnt, step=step)
+            learnt = learnt_reward(reward=reward, success=success)
+            if learnt is not None and queue.reward_threshold is not None:
+                if queue.rewards_need_approval:  # a reviewer approves first (rewards.py)
+                    Trajectory.objects.filter(pk=trajectory.pk).update(
+                        approval=Trajectory.Approval.PENDING
+                    )
+                else:
+                    rewards_apply(queue=queue, trajectory=trajectory, reward=learnt, step=step)
             if step is None:
                 changes: dict[str, Any] = {}
                 if reward is not None:

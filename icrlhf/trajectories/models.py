@@ -5,6 +5,7 @@ gateway's calls by name ("gateway.Call"), so this app never imports the gateway.
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -16,6 +17,12 @@ class Trajectory(models.Model):
         OPEN = "", "not known yet"
         SUCCEEDED = "succeeded", "succeeded"
         FAILED = "failed", "failed"
+
+    class Approval(models.TextChoices):
+        NOT_NEEDED = "", "not needed"
+        PENDING = "pending", "awaiting a reviewer's approval"
+        APPROVED = "approved", "approved into memory"
+        DECLINED = "declined", "declined: kept out of memory"
 
     class Grouping(models.TextChoices):
         KEY = "key", "the caller's trajectory id"
@@ -34,6 +41,12 @@ class Trajectory(models.Model):
     step_count = models.PositiveIntegerField(default=0)
     outcome = models.CharField(max_length=10, choices=Outcome.choices, blank=True, default="")
     reward = models.FloatField(null=True, blank=True)
+    # Under the queue's "rewarded runs need a reviewer's approval": where the run stands.
+    approval = models.CharField(max_length=10, choices=Approval.choices, blank=True, default="")
+    approved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    approved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-last_step_at", "-pk"]

@@ -5,19 +5,53 @@ below the bar teaches what not to do)."""
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
 
 from icrlhf.integrations.redaction import redact
 from icrlhf.memory import signatures
 from icrlhf.memory.models import Example
 from icrlhf.memory.services import RewardedStep, rewarded_steps_record
 from icrlhf.queues.models import Queue
-from icrlhf.trajectories.models import Step, Trajectory
+from icrlhf.trajectories.models import Feedback, Step, Trajectory
+from icrlhf.trajectories.turns import step_turns
 
 
-def _action_message(step: Step) -> dict[str, Any]:
-    if step.tool_calls:
-        return {"role": "assistant", "content": None, "tool_calls": step.tool_calls}
-    return {"role": "assistant", "content": step.action_text}
+def learnt_reward(*, reward: float | None, success: bool | None) -> float | None:
+    """What memory learns from feedback: the reward, or success as 1 and failure as 0."""
+    return reward if reward is not None else (None if success is None else float(success))
+
+
+class ApprovalConflict(Exception):
+    """The run is not awaiting approval (decided already, or never rewarded)."""
+
+
+def rewards_approval_decide(
+    *, queue: Queue, trajectory_id: Any, reviewer: User, approve: bool
+) -> list[Example]:
+    """A reviewer's approval of a rewarded run: approved, its feedback goes to memory as it
+    would have without approval (each in the order posted); declined, nothing does. Once."""
+    with transaction.atomic():
+        trajectory = (
+            Trajectory.objects.select_for_update().filter(pk=trajectory_id, queue=queue).first()
+        )
+        if trajectory is None or trajectory.approval != Trajectory.Approval.PENDING:
+            raise ApprovalConflict("This run is not awaiting approval: someone decided already.")
+        stored: list[Example] = []
+        if approve:
+            for each in Feedback.objects.filter(trajectory=trajectory).select_related("step").order_by("created_at", "pk"):
+                learnt = learnt_reward(reward=each.reward, success=each.success)
+                if learnt is not None:
+                    stored += rewards_apply(
+                        queue=queue, trajectory=trajectory, reward=learnt, step=each.step
+                    )
+        trajectory.approval = (
+            Trajectory.Approval.APPROVED if approve else Trajectory.Approval.DECLINED
+        )
+        trajectory.approved_by, trajectory.approved_at = reviewer, timezone.now()
+        trajectory.save(update_fields=["approval", "approved_by", "approved_at"])
+    return stored
 
 
 def _tool_names(step: Step, trajectory: Trajectory) -> list[str]:
@@ -40,41 +74,31 @@ def rewards_apply(
     if queue.reward_threshold is None:
         return []
     preferred = reward >= queue.reward_threshold
-    rewarded: list[RewardedStep] = []
-    conversation: list[dict[str, Any]] = []
     # Locked: two feedbacks on one run at once store its steps once (PostgreSQL; SQLite
     # writes one transaction at a time).
-    steps = list(
+    steps = (
         trajectory.steps.select_for_update(of=("self",))
         .select_related("call")
         .order_by("position", "pk")
     )
     # What memory keeps is redacted, as a reviewed capture is (REDACTION: off keeps all).
     clean = _redacted if settings.REDACTION != "off" else (lambda message: message)
-    for each, following in zip(steps, [*steps[1:], None], strict=True):
-        conversation += [clean(m) for m in each.observation]
-        if step is None or each.pk == step.pk:
-            answered = {call.get("id") for call in each.tool_calls}
-            results = [
-                clean(m)
-                for m in (following.observation if following is not None else [])
-                if m.get("role") == "tool" and m.get("tool_call_id") in answered
-            ]
-            rewarded.append(
-                RewardedStep(
-                    step_id=each.pk,
-                    input_text=clean({"content": each.decision_point})["content"],
-                    action_text=clean({"content": each.action_text})["content"],
-                    tool_calls=each.tool_calls,
-                    conversation=list(conversation),
-                    tool_names=_tool_names(each, trajectory),
-                    output_format=signatures.output_format(
-                        each.call.options if each.call is not None else {}
-                    ),
-                    reward=reward,
-                    preferred=preferred,
-                    results=results,
-                )
-            )
-        conversation.append(clean(_action_message(each)))
+    rewarded = [
+        RewardedStep(
+            step_id=turns.step.pk,
+            input_text=clean({"content": turns.step.decision_point})["content"],
+            action_text=clean({"content": turns.step.action_text})["content"],
+            tool_calls=turns.step.tool_calls,
+            conversation=turns.before,
+            tool_names=_tool_names(turns.step, trajectory),
+            output_format=signatures.output_format(
+                turns.step.call.options if turns.step.call is not None else {}
+            ),
+            reward=reward,
+            preferred=preferred,
+            results=turns.results,
+        )
+        for turns in step_turns(steps, clean)
+        if step is None or turns.step.pk == step.pk
+    ]
     return rewarded_steps_record(queue_id=queue.pk, steps=rewarded)

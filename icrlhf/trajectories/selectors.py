@@ -8,11 +8,16 @@ from icrlhf.trajectories.models import Step, Trajectory
 PAGE_SIZE = 50
 
 
-def trajectories_recent(*, queue: Queue, outcome: str | None = None) -> QuerySet[Trajectory]:
-    """The queue's trajectories, the latest step first (optionally of one outcome)."""
+def trajectories_recent(
+    *, queue: Queue, outcome: str | None = None, awaiting_approval: bool = False
+) -> QuerySet[Trajectory]:
+    """The queue's trajectories, the latest step first (optionally of one outcome, or those
+    awaiting a reviewer's approval)."""
     found = Trajectory.objects.filter(queue=queue)
     if outcome is not None:
         found = found.filter(outcome=outcome)
+    if awaiting_approval:
+        found = found.filter(approval=Trajectory.Approval.PENDING)
     return found
 
 

@@ -10,4 +10,9 @@ urlpatterns = [
         views.trajectory_detail,
         name="detail",
     ),
+    path(
+        "q/<slug:slug>/trajectories/<uuid:trajectory_id>/approval",
+        views.trajectory_approval,
+        name="approval",
+    ),
 ]

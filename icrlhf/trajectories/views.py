@@ -3,12 +3,15 @@ queue's reviewers and curators (viewers see figures, not what end users wrote)."
 
 import uuid
 
+from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from icrlhf.queues.access import queue_for_member, review_check
 from icrlhf.trajectories.models import Trajectory
+from icrlhf.trajectories.rewards import ApprovalConflict, rewards_approval_decide
 from icrlhf.trajectories.selectors import PAGE_SIZE, steps_of, trajectories_recent
 
 
@@ -18,13 +21,14 @@ def trajectory_list(request: HttpRequest, slug: str) -> HttpResponse:
     outcome = request.GET.get("outcome")
     if outcome not in Trajectory.Outcome.values:
         outcome = None
-    page = Paginator(trajectories_recent(queue=queue, outcome=outcome), PAGE_SIZE).get_page(
-        request.GET.get("page")
-    )
+    awaiting = request.GET.get("approval") == Trajectory.Approval.PENDING
+    found = trajectories_recent(queue=queue, outcome=outcome, awaiting_approval=awaiting)
+    page = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
     context = {
         "queue": queue,
         "page": page,
         "outcome": outcome,
+        "awaiting": awaiting,
         "outcomes": Trajectory.Outcome.choices,
     }
     return render(request, "trajectories/list.html", context)
@@ -36,3 +40,29 @@ def trajectory_detail(request: HttpRequest, slug: str, trajectory_id: uuid.UUID)
     trajectory = get_object_or_404(Trajectory, pk=trajectory_id, queue=queue)
     context = {"queue": queue, "trajectory": trajectory, "steps": steps_of(trajectory)}
     return render(request, "trajectories/detail.html", context)
+
+
+@require_POST
+def trajectory_approval(request: HttpRequest, slug: str, trajectory_id: uuid.UUID) -> HttpResponse:
+    """A reviewer approves a rewarded run into memory, or declines it."""
+    queue = queue_for_member(request.user, slug=slug)
+    review_check(request.user, queue)
+    decision = request.POST.get("decision")
+    if decision not in ("approve", "decline"):
+        messages.error(request, "Choose Approve into memory or Decline.")
+        return redirect("trajectories:detail", slug, trajectory_id)
+    try:
+        stored = rewards_approval_decide(
+            queue=queue,
+            trajectory_id=trajectory_id,
+            reviewer=request.user,  # type: ignore[arg-type]  # review_check: logged in
+            approve=decision == "approve",
+        )
+    except ApprovalConflict as conflict:
+        messages.error(request, str(conflict))
+    else:
+        if decision == "approve":
+            messages.success(request, f"Approved: {len(stored)} step(s) stored as memory.")
+        else:
+            messages.success(request, "Declined: nothing from this run reaches memory.")
+    return redirect("trajectories:detail", slug, trajectory_id)

@@ -6,16 +6,15 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 
 from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.feedback import feedback_record
 from icrlhf.trajectories.models import Trajectory
-from icrlhf.trajectories.services import step_record
+from icrlhf.trajectories.rewards import ApprovalConflict, rewards_approval_decide
 from tests.conftest import GatewayProcess, wait_for
-from tests.factories import QueueFactory
+from tests.factories import QueueFactory, UserFactory, agent_step, member_add
 from tests.gateway.test_endpoint import client_for
 from tests.gateway.test_tools import ORDER_TOOL
 from tests.support.fixed_latency_llm import FixedLatencyLLM
@@ -27,23 +26,15 @@ LOOKUP = {
 }
 RESULT = {"role": "tool", "tool_call_id": "call_7", "content": '{"condition": "damaged"}'}
 GOAL = {"role": "user", "content": "My order 4821 arrived broken."}
+TOOL_NAMES = ["lookup_order", "refund"]
 
 
 def _run(queue: Queue, key: str) -> Trajectory:
     first = [GOAL]
     second = [GOAL, {"role": "assistant", "tool_calls": [LOOKUP]}, RESULT]
     for messages, text, calls in ((first, "", [LOOKUP]), (second, "Refunded.", [])):
-        recorded = step_record(
-            queue=queue,
-            key=key,
-            messages=messages,
-            raw_messages=messages,
-            decision_point=str(messages[-1]["content"]),
-            action_text=text,
-            tool_calls=calls,
-            tool_names=["lookup_order", "refund"],
-            call_id=None,
-            created_at=timezone.now(),
+        recorded = agent_step(
+            queue, messages, key=key, text=text, tool_calls=calls, tool_names=TOOL_NAMES
         )
     return recorded.trajectory
 
@@ -103,6 +94,67 @@ def test_without_a_rule_feedback_is_kept_but_never_reaches_memory() -> None:
     _feedback(queue, "run", reward=1.0, success=True)
     assert Trajectory.objects.get().outcome == "succeeded"
     assert not Example.objects.exists()
+
+
+@pytest.mark.django_db
+def test_with_approval_a_rewarded_run_waits_for_a_reviewer_then_reaches_memory_once() -> None:
+    queue = QueueFactory(reward_threshold=0.5, rewards_need_approval=True)
+    reviewer = UserFactory()
+    member_add(queue, reviewer, "reviewer")
+    trajectory = _run(queue, "good")
+    _feedback(queue, "good", reward=0.9, success=True)
+    trajectory.refresh_from_db()
+    assert trajectory.approval == "pending" and trajectory.outcome == "succeeded"
+    assert not Example.objects.exists()  # nothing before a person approved
+
+    stored = rewards_approval_decide(
+        queue=queue, trajectory_id=trajectory.pk, reviewer=reviewer, approve=True
+    )
+    assert {(e.role, e.reward) for e in stored} == {("preferred", 0.9)} and len(stored) == 2
+    trajectory.refresh_from_db()
+    assert (trajectory.approval, trajectory.approved_by) == ("approved", reviewer)
+    with pytest.raises(ApprovalConflict):  # decided once
+        rewards_approval_decide(
+            queue=queue, trajectory_id=trajectory.pk, reviewer=reviewer, approve=False
+        )
+
+    declined = _run(queue, "doubtful")
+    _feedback(queue, "doubtful", reward=1.0)
+    rewards_approval_decide(queue=queue, trajectory_id=declined.pk, reviewer=reviewer, approve=False)
+    declined.refresh_from_db()
+    assert declined.approval == "declined"
+    assert not Example.objects.filter(step__trajectory=declined).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("role", ["viewer", "reviewer", "curator", "stranger"])
+def test_the_approval_buttons_work_for_reviewers_and_curators_only(role: str) -> None:
+    queue = QueueFactory(reward_threshold=0.5, rewards_need_approval=True)
+    person = UserFactory()
+    if role != "stranger":
+        member_add(queue, person, role)
+    trajectory = _run(queue, "good")
+    _feedback(queue, "good", reward=0.9)
+    client = Client()
+    client.force_login(person)
+    url = f"/q/{queue.slug}/trajectories/{trajectory.pk}/approval"
+    page = client.get(f"/q/{queue.slug}/trajectories/{trajectory.pk}/")
+    response = client.post(url, {"decision": "approve"}, follow=True)
+    if role in ("viewer", "stranger"):
+        assert page.status_code in (403, 404) and response.status_code in (403, 404)
+        assert not Example.objects.exists()
+        return
+    assert b"Approve into memory" in page.content
+    assert b"Approved: 2 step(s) stored as memory." in response.content
+    assert Example.objects.filter(queue=queue).count() == 2
+    again = client.post(url, {"decision": "decline"}, follow=True)
+    assert b"not awaiting approval" in again.content
+    assert b"Choose Approve" in client.post(url, {"decision": "maybe"}, follow=True).content
+    # A GET changes nothing; CSRF is enforced on the form.
+    assert client.get(url).status_code == 405
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(person)
+    assert strict.post(url, {"decision": "approve"}).status_code == 403
 
 
 @pytest.mark.integration

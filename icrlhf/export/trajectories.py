@@ -1,0 +1,275 @@
+"""Agent runs as training data: one code path for the command, the download and the API,
+streamed chunk by chunk like the decisions' export.
+
+Canonical (schema_version 1): one record per trajectory — its goal, outcome, reward, the
+system messages and tools its latest call sent, every step (the observation, the decision
+point, the action and the step's reward) and the application's feedback. Each derived format
+is computed from the canonical record alone:
+- openai: {"messages": [...], "tools": [...]}  OpenAI's chat fine-tuning format, one line per
+          run that succeeded (tool calls' arguments stay JSON strings, as OpenAI sends them);
+- trl:    {"messages": [...], "tools": [...]}  TRL's conversational format with tools, the same
+          runs (arguments as objects and tool results named, as chat templates read them);
+- pairs:  {"prompt": [...], "chosen": [...], "rejected": [...], "tools": [...]}  a step's
+          corrected action (the application's feedback) over the action the agent took, in
+          TRL's conversational preference format.
+"""
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from icrlhf.export.formats import SCHEMA_VERSION, Record
+from icrlhf.export.models import ExportRun
+from icrlhf.queues.models import Queue
+from icrlhf.trajectories.models import Feedback, Step, Trajectory
+from icrlhf.trajectories.turns import Message, action_message, step_turns
+
+TRAJECTORY_FORMATS = ("canonical", "openai", "trl", "pairs")
+CHUNK = 200  # runs per chunk: each carries its steps and their conversations
+_SYSTEM = ("system", "developer")  # not in a step's observation: the caller's instructions
+
+
+@dataclass(frozen=True)
+class TrajectoryFilters:
+    queue: Queue | None = None
+    # The queues the person exporting may export; None for all (admins, the command line).
+    allowed_queue_ids: frozenset[int] | None = None
+    outcome: str = ""  # "succeeded", "failed", "open", or "" for any
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue.slug if self.queue else None,
+            "allowed_queue_ids": (
+                None if self.allowed_queue_ids is None else sorted(self.allowed_queue_ids)
+            ),
+            "outcome": self.outcome,
+        }
+
+
+def trajectories_filtered(filters: TrajectoryFilters) -> QuerySet[Trajectory]:
+    found = Trajectory.objects.filter(step_count__gt=0)
+    if filters.allowed_queue_ids is not None:
+        found = found.filter(queue_id__in=filters.allowed_queue_ids)
+    if filters.queue is not None:
+        found = found.filter(queue=filters.queue)
+    if filters.outcome:
+        found = found.filter(outcome="" if filters.outcome == "open" else filters.outcome)
+    return found
+
+
+def _chunks(trajectories: QuerySet[Trajectory]) -> Iterator[list[Trajectory]]:
+    """Keyset pagination on (created_at, id), as the decisions' export pages."""
+    ordered = trajectories.select_related("queue").order_by("created_at", "id")
+    after: tuple[datetime, Any] | None = None
+    while True:
+        page = ordered
+        if after is not None:
+            page = page.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
+        rows = list(page[:CHUNK])
+        if not rows:
+            return
+        yield rows
+        after = (rows[-1].created_at, rows[-1].pk)
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat()
+
+
+def canonical_trajectories(trajectories: QuerySet[Trajectory]) -> Iterator[Record]:
+    for rows in _chunks(trajectories):
+        ids = [t.pk for t in rows]
+        steps: dict[Any, list[Step]] = defaultdict(list)
+        for step in (
+            Step.objects.filter(trajectory_id__in=ids)
+            .select_related("call")
+            .order_by("trajectory_id", "position", "pk")
+        ):
+            steps[step.trajectory_id].append(step)
+        feedback: dict[Any, list[Feedback]] = defaultdict(list)
+        for each in (
+            Feedback.objects.filter(trajectory_id__in=ids)
+            .select_related("step")
+            .order_by("created_at", "pk")
+        ):
+            feedback[each.trajectory_id].append(each)
+        for trajectory in rows:
+            yield _canonical(trajectory, steps[trajectory.pk], feedback[trajectory.pk])
+
+
+def _canonical(trajectory: Trajectory, steps: list[Step], feedback: list[Feedback]) -> Record:
+    latest = next((s.call for s in reversed(steps) if s.call is not None), None)
+    # The tools and system prompt as the latest call sent them (a run may change them).
+    tools = latest.options.get("tools") or [] if latest is not None else []
+    system = [m for m in (latest.context if latest is not None else []) if m.get("role") in _SYSTEM]
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "trajectory_id": str(trajectory.pk),
+        "queue": {"slug": trajectory.queue.slug, "name": trajectory.queue.name},
+        "key": trajectory.key,
+        "grouping": trajectory.grouping,
+        "goal": trajectory.goal,
+        "outcome": trajectory.outcome or None,
+        "reward": trajectory.reward,
+        "created_at": _iso(trajectory.created_at),
+        "last_step_at": _iso(trajectory.last_step_at),
+        "system": system,
+        "tools": tools,
+        "steps": [
+            {
+                "position": step.position,
+                "created_at": _iso(step.created_at),
+                "call_id": str(step.call_id) if step.call_id else None,
+                "model": step.call.model if step.call is not None else None,
+                "observation": step.observation,
+                "decision_point": step.decision_point,
+                "action": {"content": step.action_text or None, "tool_calls": step.tool_calls},
+                "reward": step.reward,
+            }
+            for step in steps
+        ],
+        "feedback": [
+            {
+                "id": str(each.pk),
+                "step_position": each.step.position if each.step is not None else None,
+                "reward": each.reward,
+                "success": each.success,
+                "comment": each.comment,
+                "corrected_action": each.corrected_action or None,
+                "created_at": _iso(each.created_at),
+            }
+            for each in feedback
+        ],
+    }
+
+
+# --- derived formats, from the canonical record alone ----------------------------------------
+
+
+@dataclass
+class _RecordStep:
+    """The fields of a canonical step that step_turns reads."""
+
+    observation: list[Message]
+    action_text: str
+    tool_calls: list[dict[str, Any]]
+
+
+def _turns(record: Record) -> list[tuple[list[Message], Message, dict[str, Any]]]:
+    """(the conversation before, the action, the canonical step) for each step."""
+    steps = record["steps"]
+    shaped = [
+        _RecordStep(
+            observation=s["observation"],
+            action_text=s["action"]["content"] or "",
+            tool_calls=s["action"]["tool_calls"],
+        )
+        for s in steps
+    ]
+    turns = step_turns(shaped)
+    return [(t.before, t.action, s) for t, s in zip(turns, steps, strict=True)]
+
+
+def _openai_message(message: Message) -> Message:
+    """A message as OpenAI's fine-tuning reads it: no null content beside tool calls."""
+    return {k: v for k, v in message.items() if not (k == "content" and v is None)}
+
+
+def _arguments(raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw  # kept as the model wrote it: a template prints it as it is
+
+
+def _trl_messages(messages: list[Message]) -> list[Message]:
+    """TRL's conversational messages: arguments as objects, tool results named by their call,
+    and every message with a `content` (Arrow needs one type per column)."""
+    names: dict[str, str] = {}
+    shaped = []
+    for message in messages:
+        out = {**message, "content": message.get("content") or ""}
+        if message.get("tool_calls"):
+            out["tool_calls"] = [
+                {
+                    "id": call.get("id"),
+                    "type": "function",
+                    "function": {
+                        "name": call["function"]["name"],
+                        "arguments": _arguments(call["function"].get("arguments")),
+                    },
+                }
+                for call in message["tool_calls"]
+            ]
+            names.update(
+                {call.get("id"): call["function"]["name"] for call in message["tool_calls"]}
+            )
+        if message.get("role") == "tool":
+            out["name"] = names.get(message.get("tool_call_id") or "", "")
+        shaped.append(out)
+    return shaped
+
+
+def _succeeded(record: Record) -> bool:
+    return record["outcome"] == Trajectory.Outcome.SUCCEEDED and bool(record["steps"])
+
+
+def trajectory_derive(record: Record, fmt: str) -> Iterator[Record]:
+    if fmt == "canonical":
+        yield record
+        return
+    tools = record["tools"]
+    if fmt in {"openai", "trl"}:
+        if not _succeeded(record):  # fine-tuning learns from the runs that worked
+            return
+        before, action, _ = _turns(record)[-1]
+        messages = [*record["system"], *before, action]
+        if fmt == "openai":
+            yield {"messages": [_openai_message(m) for m in messages], "tools": tools}
+        else:
+            yield {"messages": _trl_messages(messages), "tools": tools}
+    elif fmt == "pairs":
+        by_position = {s["position"]: (before, action) for before, action, s in _turns(record)}
+        for each in record["feedback"]:
+            corrected = each["corrected_action"]
+            if not corrected or each["step_position"] not in by_position:
+                continue
+            before, taken = by_position[each["step_position"]]
+            chosen = action_message(
+                text=corrected.get("content") or "", tool_calls=corrected.get("tool_calls") or []
+            )
+            yield {
+                "prompt": _trl_messages([*record["system"], *before]),
+                "chosen": _trl_messages([chosen]),
+                "rejected": _trl_messages([taken]),
+                "tools": tools,
+            }
+    else:
+        raise ValueError(f"Unknown format {fmt!r}; choose one of {', '.join(TRAJECTORY_FORMATS)}.")
+
+
+def trajectory_export_lines(
+    *, fmt: str, filters: TrajectoryFilters, consumer: str
+) -> Iterator[str]:
+    """JSON lines of the export; the export is recorded once the last line is out."""
+    if fmt not in TRAJECTORY_FORMATS:
+        raise ValueError(f"Unknown format {fmt!r}; choose one of {', '.join(TRAJECTORY_FORMATS)}.")
+    count = 0
+    for record in canonical_trajectories(trajectories_filtered(filters)):
+        for line in trajectory_derive(record, fmt):
+            count += 1
+            yield json.dumps(line, ensure_ascii=False) + "\n"
+    ExportRun.objects.create(
+        consumer=consumer,
+        queue=filters.queue,
+        format=f"trajectory:{fmt}",
+        filters=filters.describe(),
+        records=count,
+    )
