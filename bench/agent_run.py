@@ -5,11 +5,13 @@ store and calls the configured model."""
 import json
 import random
 import time
+import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import numpy as np
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
@@ -66,6 +68,11 @@ class Episode:
 # ---------------------------------------------------------------- the two kinds of agent
 
 
+def _run_header(run_id: str) -> dict[str, str]:
+    """Names the episode's trajectory, so that feedback can name it too."""
+    return {"X-Icrlhf-Trajectory": run_id} if run_id else {}
+
+
 def _tool_call(number: int, tool: str, argument: str) -> dict[str, Any]:
     return {
         "id": f"call_{number}",
@@ -86,7 +93,9 @@ def _argument(arguments: str) -> str:
     return str(parsed)
 
 
-def tools_episode(client: OpenAI, model: str, task: Task, max_tokens: int) -> Episode:
+def tools_episode(
+    client: OpenAI, model: str, task: Task, max_tokens: int, run_id: str = ""
+) -> Episode:
     """The tool loop applications run: call with `tools`, carry out the calls, send back the
     results, until the model ends the conversation or acts on the order."""
     desk = Desk(task)
@@ -102,6 +111,7 @@ def tools_episode(client: OpenAI, model: str, task: Task, max_tokens: int) -> Ep
                 messages=messages,  # type: ignore[arg-type]
                 tools=TOOLS,  # type: ignore[arg-type]
                 max_tokens=max_tokens,
+                extra_headers=_run_header(run_id),
             )
         except Exception as failure:  # the episode fails, as the application's would
             error = str(failure)[:300]
@@ -132,7 +142,9 @@ def tools_episode(client: OpenAI, model: str, task: Task, max_tokens: int) -> Ep
     return Episode(success=desk.success, actions=desk.actions, error=error)
 
 
-def text_episode(client: OpenAI, model: str, task: Task, max_tokens: int) -> Episode:
+def text_episode(
+    client: OpenAI, model: str, task: Task, max_tokens: int, run_id: str = ""
+) -> Episode:
     """The icrl library's form: one prompt a step with the goal and the latest observation;
     the action is the answer's text."""
     desk = Desk(task)
@@ -143,6 +155,7 @@ def text_episode(client: OpenAI, model: str, task: Task, max_tokens: int) -> Epi
                 model=model,
                 messages=[{"role": "user", "content": text_prompt(task.goal, observation)}],
                 max_tokens=max_tokens,
+                extra_headers=_run_header(run_id),
             )
         except Exception as failure:
             error = str(failure)[:300]
@@ -155,7 +168,7 @@ def text_episode(client: OpenAI, model: str, task: Task, max_tokens: int) -> Epi
     return Episode(success=desk.success, actions=desk.actions, error=error)
 
 
-EPISODES: dict[str, Callable[[OpenAI, str, Task, int], Episode]] = {
+EPISODES: dict[str, Callable[[OpenAI, str, Task, int, str], Episode]] = {
     "tools": tools_episode,
     "text": text_episode,
 }
@@ -268,6 +281,45 @@ def retrieval_queries(stored: list[Task], held_out: list[Task]) -> dict[str, dic
     return result
 
 
+# ---------------------------------------------------------------- learning from rewards
+
+
+def rewarded_episodes(
+    variant: str, client: OpenAI, model: str, tasks_: list[Task], options: dict[str, Any]
+) -> dict[str, Any]:
+    """The agent's own episodes on `tasks_`, each rewarded by the desk alone: its success is
+    POSTed as feedback on the run (reward 1 or 0), and the queue's reward rule stores the
+    run's steps as preferred or rejected examples. No person decides anything."""
+    episode = EPISODES[variant]
+    feedback_url = f"{options['web_url']}/api/v1/feedback"
+
+    def attempt(task: Task) -> Episode:
+        run_id = f"{variant}-{uuid.uuid4().hex[:12]}"
+        lived = episode(client, model, task, options["max_tokens"], run_id)
+        if lived.steps and not lived.error:
+            body = {
+                "trajectory_id": run_id,
+                "reward": float(lived.success),
+                "success": lived.success,
+            }
+            response = httpx.post(
+                feedback_url,
+                json=body,
+                headers={"Authorization": f"Bearer {client.api_key}"},
+                timeout=60,
+            )
+            response.raise_for_status()
+        return lived
+
+    with ThreadPoolExecutor(max_workers=options["concurrency"]) as pool:
+        episodes = list(pool.map(attempt, tasks_))
+    return {
+        "episodes": len(episodes),
+        "succeeded": sum(e.success for e in episodes),
+        "failed_calls": sum(bool(e.error) for e in episodes),
+    }
+
+
 # ---------------------------------------------------------------- the measurement
 
 
@@ -277,7 +329,7 @@ def _run(
     episode = EPISODES[variant]
     with ThreadPoolExecutor(max_workers=options["concurrency"]) as pool:
         episodes = list(
-            pool.map(lambda task: episode(client, model, task, options["max_tokens"]), held_out)
+            pool.map(lambda task: episode(client, model, task, options["max_tokens"], ""), held_out)
         )
     successes = sum(e.success for e in episodes)
     low, high = wilson(successes, len(episodes))
@@ -297,6 +349,64 @@ def _run(
     }
 
 
+def _queue(slug: str, options: dict[str, Any], **rule: Any) -> tuple[Queue, OpenAI]:
+    queue = Queue.objects.create(
+        slug=slug,
+        name=slug,
+        system_prompt="",  # the agent's own system message says what the task is
+        k_examples=options["k"],
+        example_token_budget=4000,
+        max_tokens=options["max_tokens"],
+        temperature=options["temperature"],
+        memory_candidates=0,
+        capture_percent=0,
+        example_framing=options["framing"],
+        **rule,
+    )
+    client = OpenAI(
+        base_url=options["gateway_url"],
+        api_key=token_create(queue=queue, name="bench")[1],
+        timeout=TIMEOUT_S,
+        max_retries=0,
+    )
+    return queue, client
+
+
+def _rewarded_curve(
+    sizes: list[int],
+    stored: list[Task],
+    held_out: list[Task],
+    reviewer: User,
+    options: dict[str, Any],
+) -> dict[str, dict[str, Any]]:
+    """Memory grown by rewards instead of reviews: the smallest non-zero size is seeded with
+    reviewed trajectories (a 135M model that never succeeds alone has nothing to learn from:
+    the icrl library seeds too), then every further trajectory is one of the agent's own
+    episodes, rewarded by the desk, on the same training goals the reviewed curve stored."""
+    seeds = min((s for s in sizes if s > 0), default=0)
+    curves: dict[str, dict[str, Any]] = {}
+    for variant in options["variants"]:
+        queue, client = _queue(f"agent-{variant}-rewarded", options, reward_threshold=0.5)
+        for task in stored[:seeds]:
+            remember(queue, task, variant, reviewer)
+        done, curve = seeds, {}
+        for size in (s for s in sizes if s >= seeds and s > 0):
+            training = rewarded_episodes(variant, client, queue.slug, stored[done:size], options)
+            done = size
+            _indexed([queue])
+            row = _run(variant, client, queue.slug, held_out, options)
+            row["training"] = training
+            row["preferred_steps"] = Example.objects.filter(
+                queue=queue, role=Example.Role.PREFERRED
+            ).count()
+            row["rejected_steps"] = Example.objects.filter(
+                queue=queue, role=Example.Role.REJECTED
+            ).count()
+            curve[str(size)] = row
+        curves[variant] = {"seeded_with": seeds, "curve": curve}
+    return curves
+
+
 def measure(options: dict[str, Any]) -> dict[str, Any]:
     sizes = sorted({int(s) for s in str(options["sizes"]).split(",")})
     largest = max(sizes)
@@ -306,25 +416,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
     queues: dict[str, Queue] = {}
     clients: dict[str, OpenAI] = {}
     for variant in options["variants"]:
-        queue = Queue.objects.create(
-            slug=f"agent-{variant}",
-            name=f"Agent ({variant})",
-            system_prompt="",  # the agent's own system message says what the task is
-            k_examples=options["k"],
-            example_token_budget=4000,
-            max_tokens=options["max_tokens"],
-            temperature=options["temperature"],
-            memory_candidates=0,
-            capture_percent=0,
-            example_framing=options["framing"],
-        )
-        queues[variant] = queue
-        clients[variant] = OpenAI(
-            base_url=options["gateway_url"],
-            api_key=token_create(queue=queue, name="bench")[1],
-            timeout=TIMEOUT_S,
-            max_retries=0,
-        )
+        queues[variant], clients[variant] = _queue(f"agent-{variant}", options)
     results: dict[str, dict[str, Any]] = {variant: {} for variant in options["variants"]}
     remembered = 0
     for size in sizes:
@@ -337,6 +429,11 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
             results[variant][str(size)] = _run(
                 variant, clients[variant], queues[variant].slug, held_out, options
             )
+    rewarded = (
+        _rewarded_curve(sizes, stored, held_out, reviewer, options)
+        if "rewarded" in options["learning"]
+        else {}
+    )
     # The same memory, but k stored steps drawn at random in every prompt instead of the
     # nearest (pinned: pinned examples always come first).
     rng = random.Random(options["seed"])
@@ -349,6 +446,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         )
     return {
         "variants": results,
+        "rewarded": rewarded,
         "retrieval_queries": retrieval_queries(stored, held_out),
         "held_out": len(held_out),
         "sizes": sizes,

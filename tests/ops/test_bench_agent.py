@@ -68,17 +68,17 @@ def test_the_benchmark_runs_small_and_prints_its_figures(recording_llm: Recordin
     call_command(
         "bench_agent",
         "--held-out=3",
-        "--sizes=0,3",
+        "--sizes=0,2,3",
         f"--llm-api-base={recording_llm.api_base}",
         "--json",
         stdout=out,
     )
     printed = out.getvalue().strip().splitlines()
     result = json.loads(printed[-1])
-    assert result["held_out"] == 3 and result["sizes"] == [0, 3]
+    assert result["held_out"] == 3 and result["sizes"] == [0, 2, 3]
     for variant in ("tools", "text"):
         rows = result["variants"][variant]
-        assert set(rows) == {"0", "3", "random"}
+        assert set(rows) == {"0", "2", "3", "random"}
         for row in rows.values():
             assert row["episodes"] == 3 and row["failed_calls"] == 0, row["first_error"]
             assert row["success_rate"] == 0  # the fixed answers never resolve a goal
@@ -97,6 +97,18 @@ def test_the_benchmark_runs_small_and_prints_its_figures(recording_llm: Recordin
         for messages in sent
         for m in messages
     )
+    # Memory from rewards: seeded with 2 reviewed runs, then the agent's own episode on the
+    # third training goal, which failed; the desk's reward (0, through the feedback API of
+    # the web process) made the queue's rule store its steps as rejected.
+    for variant in ("tools", "text"):
+        rewarded = result["rewarded"][variant]
+        assert rewarded["seeded_with"] == 2 and set(rewarded["curve"]) == {"2", "3"}
+        seeded, grown = rewarded["curve"]["2"], rewarded["curve"]["3"]
+        assert seeded["training"]["episodes"] == 0 and seeded["rejected_steps"] == 0
+        assert grown["training"] == {"episodes": 1, "succeeded": 0, "failed_calls": 0}
+        assert grown["rejected_steps"] > 0
+        assert grown["preferred_steps"] == seeded["preferred_steps"] > 0
+        assert grown["episodes"] == 3 and grown["failed_calls"] == 0
     queries = result["retrieval_queries"]
     assert set(queries) == {
         "last_user_message",

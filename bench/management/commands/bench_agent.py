@@ -13,6 +13,12 @@ worked. Each size is measured on the same held-out goals, and once more with the
 memory but k stored steps drawn at random instead of the nearest: does retrieval matter, or
 only having examples? Success rates come with Wilson 95% intervals.
 
+With `--learning rewarded` (by default with the reviewed curve), a second memory grows from
+rewards alone (issue 29, item 7): seeded with the smallest size's reviewed trajectories, then
+each further trajectory is one of the agent's own episodes on the same training goals; the
+desk's own success is POSTed to the feedback API (reward 1 or 0) and the queue's reward rule
+stores the run's steps as preferred or rejected. No person decides anything.
+
 It also measures the retrieval query (issue 28, item 4): for the held-out expert steps, how
 often the nearest stored step took the same action, with the stored steps keyed and
 searched by the last user message, by the goal and latest observation, or by the whole
@@ -34,6 +40,12 @@ class Command(WorldCommand):
         parser.add_argument("--held-out", type=int, default=30, help="Goals measured each time.")
         parser.add_argument("--sizes", default="0,10,50,200", help="Stored trajectories.")
         parser.add_argument("--variants", default="tools,text", help="tools, text or both.")
+        parser.add_argument(
+            "--learning",
+            default="reviewed,rewarded",
+            help="How memory grows: reviewed (expert runs a reviewer picked), rewarded (the "
+            "agent's own runs, rewarded by the desk through the feedback API), or both.",
+        )
         parser.add_argument("--k", type=int, default=3, help="Examples in each prompt.")
         parser.add_argument(
             "--framing",
@@ -51,6 +63,7 @@ class Command(WorldCommand):
         import time
 
         options["variants"] = [v for v in options["variants"].split(",") if v]
+        options["learning"] = [v for v in options["learning"].split(",") if v]
         started = time.monotonic()
         llm = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
         try:
@@ -61,6 +74,8 @@ class Command(WorldCommand):
             with world("bench-agent", LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2") as here:
                 here.worker(concurrency=2)
                 _, options["gateway_url"] = here.gateway()
+                if "rewarded" in options["learning"]:  # feedback is posted to the web app
+                    _, options["web_url"] = here.web(workers=1)
                 result = dict(here.inside("bench_agent", options))
         finally:
             llm.stop()
@@ -88,6 +103,21 @@ class Command(WorldCommand):
                     f"  {label}: success {row['success_rate']:.0%} [{low:.0%}–{high:.0%}], "
                     f"steps per success {row['steps_per_success']}, "
                     f"failed calls {row['failed_calls']}"
+                )
+        for variant, rewarded in result["rewarded"].items():
+            self.stdout.write(
+                f"\n{variant}, memory from rewards alone (seeded with "
+                f"{rewarded['seeded_with']} reviewed runs, then the agent's own episodes, "
+                "rewarded by the desk):"
+            )
+            for size, row in rewarded["curve"].items():
+                low, high = row["success_ci95"]
+                training = row["training"]
+                self.stdout.write(
+                    f"  {size:>3} trajectories: success {row['success_rate']:.0%} "
+                    f"[{low:.0%}–{high:.0%}]; own episodes {training['episodes']}, "
+                    f"{training['succeeded']} succeeded; steps stored preferred "
+                    f"{row['preferred_steps']}, rejected {row['rejected_steps']}"
                 )
         self.stdout.write("\nRetrieval query (held-out expert steps, nearest stored step):")
         for how, row in result["retrieval_queries"].items():
