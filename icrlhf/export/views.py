@@ -54,7 +54,12 @@ class TrajectoryExportForm(forms.Form):
     )
     outcome = forms.ChoiceField(
         required=False,
-        choices=[("", "Any"), ("succeeded", "Succeeded"), ("failed", "Failed"), ("open", "Not known")],
+        choices=[
+            ("", "Any"),
+            ("succeeded", "Succeeded"),
+            ("failed", "Failed"),
+            ("open", "Not known"),
+        ],
     )
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:

@@ -92,6 +92,17 @@ def decision_point(request: ChatRequest) -> str:
     return f"{request.goal}\n\n{last.text}".strip()
 
 
+def held_out(*, queue: Queue, run_key: str) -> bool:
+    """Whether a call is answered without memory (the queue's holdout share). The calls of a
+    run its caller names share one draw, so that the run's reward compares the two arms."""
+    if run_key:
+        digest = hashlib.sha256(f"{queue.pk}:{run_key}".encode()).digest()
+        draw = int.from_bytes(digest[:8]) / 2**64
+    else:
+        draw = random.random()
+    return draw * 100 < queue.holdout_percent
+
+
 def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -> Plan:
     """Retrieve the queue's preferred examples for the decision point; answer from the
     nearest one when it is similar enough (the queue's threshold) and a plain text answer is
@@ -102,7 +113,8 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
     context = [m.upstream() for m in request.messages]
     options = request.upstream_options()
     signature = Signature.of_options(options, after_tool_result=request.messages[-1].role == "tool")
-    holdout = random.random() * 100 < queue.holdout_percent
+    run_key = trajectory_key or str((request.metadata or {}).get("trajectory_id") or "")
+    holdout = held_out(queue=queue, run_key=run_key)
     threshold = queue.memory_answer_threshold
     started = time.monotonic()
     try:
@@ -133,7 +145,7 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
         holdout=holdout,
         capture=capture_reason(queue=queue, top_score=top_score, memory=memory),
         options=options,
-        trajectory_key=trajectory_key or (request.metadata or {}).get("trajectory_id", ""),
+        trajectory_key=run_key,
     )
 
     # Served as is, with no one reviewing it: only an approved example, where the queue asks.

@@ -16,6 +16,7 @@ from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 from icrlhf.review.automation import audit_agreed
 from icrlhf.review.models import Automation, Decision
+from icrlhf.trajectories.models import Trajectory
 
 # A generation "found something relevant" when its best retrieved example is at least this
 # similar (cosine, all-MiniLM-L6-v2): paraphrases of one request score well above it.
@@ -158,6 +159,34 @@ class AutomationBoard:
     thresholds: list[tuple[datetime, str, float | None, float | None]]
 
 
+@dataclass
+class RewardArm:
+    """Agent runs the application rewarded, in one arm: how many, and their mean reward."""
+
+    runs: int = 0
+    total: float = 0.0
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.runs if self.runs else None
+
+    def add(self, reward: float) -> None:
+        self.runs += 1
+        self.total += reward
+
+
+@dataclass(frozen=True)
+class Rewards:
+    """The application's rewards on agent runs, by the day of their last step: runs whose
+    calls had memory against held-out runs (answered without it)."""
+
+    with_memory: RewardArm
+    held_out: RewardArm
+    by_day: list[tuple[RewardArm, RewardArm]]
+    # Runs with calls in both arms (grouped by their messages, each call drawn on its own).
+    mixed: int
+
+
 @dataclass(frozen=True)
 class Dashboard:
     days: list[date]
@@ -169,6 +198,7 @@ class Dashboard:
     serving: Serving
     holdout: Holdout
     automation: AutomationBoard
+    rewards: Rewards
 
 
 def _decisions(queue: Queue, days: list[date]) -> tuple[Window, list[Window], list[Window]]:
@@ -333,6 +363,34 @@ def _holdout(queue: Queue, days: list[date]) -> Holdout:
     )
 
 
+def _rewards(queue: Queue, days: list[date]) -> Rewards:
+    """Each rewarded run once: its reward, or success as 1 and failure as 0."""
+    since = timezone.make_aware(datetime.combine(days[0], datetime.min.time()))
+    with_memory, held_out, mixed = RewardArm(), RewardArm(), 0
+    by_day = {day: (RewardArm(), RewardArm()) for day in days}
+    runs = (
+        Trajectory.objects.filter(queue=queue, last_step_at__gte=since)
+        .filter(Q(reward__isnull=False) | ~Q(outcome=""))
+        .annotate(
+            calls=Count("steps__call"),
+            held=Count("steps__call", filter=Q(steps__call__holdout=True)),
+        )
+        .values_list("last_step_at", "reward", "outcome", "calls", "held")
+    )
+    for last_step_at, reward, outcome, calls, held in runs.iterator():
+        if not calls or 0 < held < calls:
+            mixed += 1
+            continue
+        value = reward if reward is not None else float(outcome == Trajectory.Outcome.SUCCEEDED)
+        arm = 1 if held else 0
+        day = by_day.get(timezone.localdate(last_step_at))
+        for each in ((with_memory, held_out)[arm], *([day[arm]] if day else [])):
+            each.add(value)
+    return Rewards(
+        with_memory=with_memory, held_out=held_out, by_day=list(by_day.values()), mixed=mixed
+    )
+
+
 def _automation(queue: Queue, days: list[date]) -> AutomationBoard:
     since = timezone.make_aware(datetime.combine(days[0], datetime.min.time()))
     ranked: dict[date, int] = defaultdict(int)
@@ -390,4 +448,5 @@ def queue_dashboard(*, queue: Queue) -> Dashboard:
         serving=_serving(queue, days),
         holdout=_holdout(queue, days),
         automation=_automation(queue, days),
+        rewards=_rewards(queue, days),
     )

@@ -7,6 +7,7 @@ from icrlhf.insights.charts import Series, line_chart, nice_ceiling
 from icrlhf.insights.selectors import (
     RELEVANT_SIMILARITY,
     Holdout,
+    Rewards,
     ServingDay,
     Window,
     queue_calls,
@@ -93,6 +94,22 @@ def _holdout_chart(holdout: Holdout, labels: list[str]) -> str:
     )
 
 
+def _rewards_chart(rewards: Rewards, labels: list[str]) -> str:
+    arms = [
+        ("with memory", "#1d7a3a", [day[0].mean for day in rewards.by_day]),
+        ("held out", "#b3261e", [day[1].mean for day in rewards.by_day]),
+    ]
+    highest = max((v for _, _, values in arms for v in values if v is not None), default=1.0)
+    return line_chart(
+        title="Mean reward of agent runs",
+        x_title="day",
+        x_labels=labels,
+        series=[Series(name, colour, values) for name, colour, values in arms],
+        y_max=nice_ceiling(highest),
+        y_label=lambda v: f"{v:g}",
+    )
+
+
 def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     board = queue_dashboard(queue=queue)
@@ -113,6 +130,7 @@ def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
         ),
         **_serving_charts(board.serving.by_day, day_labels),
         "holdout": _holdout_chart(board.holdout, day_labels),
+        "rewards": _rewards_chart(board.rewards, day_labels),
         "automation": line_chart(
             title="Applied without review, and audited precision (95% intervals)",
             x_title="day",

@@ -149,18 +149,26 @@ def examples_usage_record(
 ) -> None:
     """Credit (or, on undo, debit) the examples a decided generation was prompted with:
     retrieved once more, accepted if the reviewer took a candidate as it was."""
-    step = -1 if undo else 1
-    accepted_step = step if accepted else 0
     example_ids = list(
         Retrieval.objects.filter(generation_id=generation_id).values_list("example_id", flat=True)
     )
+    examples_credit(example_ids=example_ids, used_at=generated_at, accepted=accepted, undo=undo)
+
+
+def examples_credit(
+    *, example_ids: Sequence[UUID | str], used_at: datetime, accepted: bool, undo: bool = False
+) -> None:
+    """One more use of these examples (one less, on undo), helpful or not; their utility,
+    which pruning reads, follows."""
     if not example_ids:
         return
+    step = -1 if undo else 1
+    accepted_step = step if accepted else 0
     examples = Example.objects.filter(pk__in=example_ids)
     examples.update(
         times_retrieved=F("times_retrieved") + step,
         times_accepted=F("times_accepted") + accepted_step,
-        last_retrieved_at=generated_at,
+        last_retrieved_at=used_at,
     )
     for example in examples.only("pk", "times_retrieved", "times_accepted"):
         Example.objects.filter(pk=example.pk).update(

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
-from icrlhf.trajectories.rewards import learnt_reward, rewards_apply
+from icrlhf.trajectories.rewards import learnt_reward, rewards_apply, run_usage_credit
 
 
 class FeedbackTargetMissing(Exception):
@@ -96,6 +96,8 @@ def feedback_record(
             if step is not None and reward is not None:
                 Step.objects.filter(pk=step.pk).update(reward=reward)
             learnt = learnt_reward(reward=reward, success=success)
+            if learnt is not None and step is None:
+                run_usage_credit(queue=queue, trajectory=trajectory, reward=learnt)
             if learnt is not None and queue.reward_threshold is not None:
                 if queue.rewards_need_approval:  # a reviewer approves first (rewards.py)
                     Trajectory.objects.filter(pk=trajectory.pk).update(

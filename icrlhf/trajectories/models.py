@@ -47,6 +47,8 @@ class Trajectory(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     approved_at = models.DateTimeField(null=True, blank=True)
+    # The examples its calls were prompted with have been credited with its reward (once).
+    usage_credited = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["-last_step_at", "-pk"]

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from icrlhf.integrations.redaction import redact
 from icrlhf.memory import signatures
+from icrlhf.memory.curation import examples_credit
 from icrlhf.memory.models import Example
 from icrlhf.memory.services import RewardedStep, rewarded_steps_record
 from icrlhf.queues.models import Queue
@@ -21,6 +22,31 @@ from icrlhf.trajectories.turns import step_turns
 def learnt_reward(*, reward: float | None, success: bool | None) -> float | None:
     """What memory learns from feedback: the reward, or success as 1 and failure as 0."""
     return reward if reward is not None else (None if success is None else float(success))
+
+
+def run_usage_credit(*, queue: Queue, trajectory: Trajectory, reward: float) -> None:
+    """The examples a rewarded run's calls were prompted with are credited once: used, and
+    helpful when the run's reward reaches the queue's threshold. Pruning (the queue's
+    utility rule) then retires step examples that keep being retrieved into failing runs."""
+    if queue.reward_threshold is None:
+        return
+    claimed = Trajectory.objects.filter(pk=trajectory.pk, usage_credited=False).update(
+        usage_credited=True
+    )
+    if not claimed:  # an earlier feedback credited them
+        return
+    prompted = {
+        str(used["id"])
+        for examples in trajectory.steps.filter(call__isnull=False).values_list(
+            "call__examples", flat=True
+        )
+        for used in examples or []
+    }
+    examples_credit(
+        example_ids=sorted(prompted),
+        used_at=trajectory.last_step_at,
+        accepted=reward >= queue.reward_threshold,
+    )
 
 
 class ApprovalConflict(Exception):
@@ -40,7 +66,11 @@ def rewards_approval_decide(
             raise ApprovalConflict("This run is not awaiting approval: someone decided already.")
         stored: list[Example] = []
         if approve:
-            for each in Feedback.objects.filter(trajectory=trajectory).select_related("step").order_by("created_at", "pk"):
+            for each in (
+                Feedback.objects.filter(trajectory=trajectory)
+                .select_related("step")
+                .order_by("created_at", "pk")
+            ):
                 learnt = learnt_reward(reward=each.reward, success=each.success)
                 if learnt is not None:
                     stored += rewards_apply(

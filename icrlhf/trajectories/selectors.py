@@ -22,4 +22,9 @@ def trajectories_recent(
 
 
 def steps_of(trajectory: Trajectory) -> QuerySet[Step]:
-    return trajectory.steps.select_related("call").order_by("position", "pk")
+    """The run's steps in order, each with its call and the examples memory keeps of it."""
+    return (
+        trajectory.steps.select_related("call")
+        .prefetch_related("examples")
+        .order_by("position", "pk")
+    )

@@ -254,7 +254,5 @@ def test_the_api_exports_the_tokens_queue_only() -> None:
     assert bad.status_code == 422
     # A token without the export scope exports nothing.
     _, ingest_only = token_create(queue=mine, name="agent")
-    refused = client.get(
-        "/api/v1/exports/trajectories", HTTP_AUTHORIZATION=f"Bearer {ingest_only}"
-    )
+    refused = client.get("/api/v1/exports/trajectories", HTTP_AUTHORIZATION=f"Bearer {ingest_only}")
     assert refused.status_code in (401, 403)

@@ -8,13 +8,16 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from icrlhf.gateway.models import Call
+from icrlhf.gateway.services import held_out
 from icrlhf.generation.models import Candidate
 from icrlhf.insights.charts import Series, line_chart, nice_ceiling
 from icrlhf.insights.selectors import DECISIONS_PER_POINT, queue_dashboard
 from icrlhf.memory.models import Example, Retrieval
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
-from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
+from icrlhf.trajectories.feedback import feedback_record
+from tests.factories import ItemFactory, QueueFactory, UserFactory, agent_step, ready_generation
 
 pytestmark = pytest.mark.django_db
 
@@ -102,11 +105,11 @@ def test_retrieval_is_relevant_when_the_best_example_is_similar_enough(
     assert retrieval.relevant_by_day[0] is None  # no generation that day
 
 
-def test_the_page_shows_figures_and_eleven_charts(queue: Any, user: Any, logged_in: Client) -> None:
+def test_the_page_shows_figures_and_twelve_charts(queue: Any, user: Any, logged_in: Client) -> None:
     decide(queue, user, "chosen", seconds=5)
     decide(queue, user, "edited", seconds=5)
     page = logged_in.get(f"/q/{queue.slug}/dashboard/").content.decode()
-    assert page.count("<svg") == 11
+    assert page.count("<svg") == 12
     assert "<polyline" in page  # something was drawn
     assert "50%</strong><span>accepted as is" in page
     assert "5.0 s</strong>" in page
@@ -156,3 +159,44 @@ def test_two_series_at_the_same_value_both_show_and_the_text_is_readable() -> No
     assert len(first) == len(second) == 2
     assert float(first[0]) > float(second[0])  # a ring around the later series' point
     assert 'font-size="15"' in svg
+
+
+def rewarded_run(queue: Any, key: str, *, holdouts: list[bool], reward: float) -> None:
+    """An agent run of one step per call (each held out or not), rewarded by the application."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": f"Goal of {key}"}]
+    for number, holdout in enumerate(holdouts):
+        call = Call.objects.create(
+            queue=queue, source="model", memory="used", request_text="x", holdout=holdout
+        )
+        agent_step(queue, messages, key=key, text=f"answer {number}", call_id=call.pk)
+        messages = [*messages, {"role": "assistant", "content": f"answer {number}"}]
+        messages.append({"role": "user", "content": f"next {number}"})
+    feedback_record(
+        queue=queue, token=None, call_id=None, trajectory_ref=key, reward=reward, success=None
+    )
+
+
+def test_rewards_per_day_compare_runs_with_memory_and_held_out(
+    queue: Any, logged_in: Client
+) -> None:
+    rewarded_run(queue, "a", holdouts=[False, False], reward=1.0)
+    rewarded_run(queue, "b", holdouts=[False], reward=0.5)
+    rewarded_run(queue, "c", holdouts=[True, True], reward=0.25)
+    rewarded_run(queue, "d", holdouts=[True, False], reward=0.0)  # both arms: neither
+    rewards = queue_dashboard(queue=queue).rewards
+    assert (rewards.with_memory.runs, rewards.with_memory.mean) == (2, 0.75)
+    assert (rewards.held_out.runs, rewards.held_out.mean) == (1, 0.25)
+    assert rewards.mixed == 1
+    today_with, today_held = rewards.by_day[-1]
+    assert (today_with.runs, today_held.runs) == (2, 1)
+    page = logged_in.get(f"/q/{queue.slug}/dashboard/").content.decode()
+    assert "0.75</strong><span>mean reward with memory (2 runs)" in page
+    assert "1 more had calls in both arms" in page
+
+
+def test_a_named_run_is_held_out_as_a_whole_and_about_the_queues_share() -> None:
+    queue = QueueFactory(holdout_percent=30)
+    draws = [held_out(queue=queue, run_key=f"run-{n}") for n in range(2000)]
+    assert all(held_out(queue=queue, run_key=f"run-{n}") == draws[n] for n in range(50))
+    assert 0.26 < sum(draws) / len(draws) < 0.34
+    assert not any(held_out(queue=QueueFactory(holdout_percent=0), run_key=k) for k in "abc")

@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
+from icrlhf.memory.curation import examples_prune
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.feedback import feedback_record
@@ -120,7 +122,9 @@ def test_with_approval_a_rewarded_run_waits_for_a_reviewer_then_reaches_memory_o
 
     declined = _run(queue, "doubtful")
     _feedback(queue, "doubtful", reward=1.0)
-    rewards_approval_decide(queue=queue, trajectory_id=declined.pk, reviewer=reviewer, approve=False)
+    rewards_approval_decide(
+        queue=queue, trajectory_id=declined.pk, reviewer=reviewer, approve=False
+    )
     declined.refresh_from_db()
     assert declined.approval == "declined"
     assert not Example.objects.filter(step__trajectory=declined).exists()
@@ -155,6 +159,44 @@ def test_the_approval_buttons_work_for_reviewers_and_curators_only(role: str) ->
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(person)
     assert strict.post(url, {"decision": "approve"}).status_code == 403
+
+
+@pytest.mark.django_db
+def test_step_examples_retrieved_into_failing_runs_lose_utility_and_are_pruned() -> None:
+    queue = QueueFactory(reward_threshold=0.5, prune_min_retrievals=3, prune_max_utility=0.3)
+    good = _run(queue, "good")
+    _feedback(queue, "good", reward=1.0)
+    lookup = Example.objects.get(step__trajectory=good, step__position=0)
+    for number in range(3):  # later runs prompted with it, which the application failed
+        call = Call.objects.create(
+            queue=queue,
+            source="model",
+            memory="used",
+            request_text="x",
+            examples=[{"id": str(lookup.pk), "score": 0.9}],
+        )
+        agent_step(
+            queue,
+            [{"role": "user", "content": f"Order {number} broke."}],
+            key=f"later-{number}",
+            text="Sorry.",
+            call_id=call.pk,
+        )
+        _feedback(queue, f"later-{number}", success=False)
+        _feedback(queue, f"later-{number}", reward=0.1)  # more feedback: credited once
+    lookup.refresh_from_db()
+    assert (lookup.times_retrieved, lookup.times_accepted) == (3, 0)
+    assert lookup.utility == pytest.approx(1 / 5)
+    assert examples_prune(queue=queue) == 1
+    lookup.refresh_from_db()
+    assert lookup.status == Example.Status.RETIRED
+    # The run's page says where its steps stand in memory.
+    reviewer = UserFactory()
+    member_add(queue, reviewer, "reviewer")
+    client = Client()
+    client.force_login(reviewer)
+    page = client.get(f"/q/{queue.slug}/trajectories/{good.pk}/").content.decode()
+    assert "In memory: preferred example, retired, reward 1.00; retrieved 3 times" in page
 
 
 @pytest.mark.integration

@@ -19,9 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--format", choices=TRAJECTORY_FORMATS, default="canonical")
         parser.add_argument("--out", default="-", help="A file, or - for standard output.")
         parser.add_argument("--queue", help="A queue's slug.")
-        parser.add_argument(
-            "--outcome", default="", choices=["", "succeeded", "failed", "open"]
-        )
+        parser.add_argument("--outcome", default="", choices=["", "succeeded", "failed", "open"])
 
     def handle(self, *args: Any, **options: Any) -> None:
         queue = None
