@@ -1,6 +1,7 @@
-"""Production traffic back to review: a gateway call chosen for review (sampled, or not
-covered by memory) becomes an item whose first candidate is exactly what the application
-got; the worker generates the others, and the decision becomes memory as any other.
+"""Production traffic back to review: a gateway call chosen for review (sampled, not
+covered by memory, or a step of an agent run rewarded below the bar) becomes an item whose
+first candidate is exactly what the application got; the worker generates the others, and
+the decision becomes memory as any other.
 
 Captured after the call's log row is written, never on the way to the answer; a capture
 that fails (the database busy, the process stopped) is retried by the sweeper."""
@@ -12,6 +13,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from icrlhf.gateway.models import Call
@@ -20,7 +22,7 @@ from icrlhf.queues.models import Item, Queue
 
 logger = logging.getLogger(__name__)
 
-CAPTURING = (Call.Capture.SAMPLED, Call.Capture.UNCOVERED)
+CAPTURING = (Call.Capture.SAMPLED, Call.Capture.UNCOVERED, Call.Capture.LOW_REWARD)
 # A capture still missing this long after its call was lost on the way (the sweeper's cue);
 # younger ones are most likely being written right now.
 _LOST_AFTER = timedelta(seconds=60)
@@ -89,17 +91,43 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
 
 def captures_lost() -> list[uuid.UUID]:
     """Calls chosen for review whose item was never made (their process stopped between
-    the log row and the capture, or the capture failed)."""
+    the log row and the capture, or the capture failed), and low-reward steps to capture."""
     now = timezone.now()
     return list(
         Call.objects.filter(
+            # A low-reward step is captured by this sweep alone: no need to wait.
+            Q(created_at__lt=now - _LOST_AFTER) | Q(capture=Call.Capture.LOW_REWARD),
             capture__in=CAPTURING,
             item__isnull=True,
-            created_at__lt=now - _LOST_AFTER,
             created_at__gte=now - _GIVE_UP_AFTER,
         )
         .order_by("created_at")
         .values_list("pk", flat=True)[:500]
+    )
+
+
+def low_reward_steps_mark() -> int:
+    """Choose for review the calls of agent steps rewarded below their queue's bar (the step's
+    own reward, its run's, or a run reported failed), where the queue asks for it; the sweep
+    then captures them as it captures any chosen call. Returns how many were chosen."""
+    bar = F("queue__reward_threshold")
+    low = (
+        Q(step__reward__lt=bar)
+        | Q(step__trajectory__reward__lt=bar)
+        | Q(step__trajectory__reward__isnull=True, step__trajectory__outcome="failed")
+    )
+    return (
+        Call.objects.filter(
+            low,
+            queue__capture_low_reward=True,
+            queue__reward_threshold__isnull=False,
+            capture=Call.Capture.NONE,
+            item__isnull=True,
+            status_code=200,
+            created_at__gte=timezone.now() - _GIVE_UP_AFTER,
+        )
+        .order_by()
+        .update(capture=Call.Capture.LOW_REWARD)
     )
 
 

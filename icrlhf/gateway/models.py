@@ -25,6 +25,7 @@ class Call(models.Model):
         NONE = "", "not captured"
         SAMPLED = "sampled", "sampled"
         UNCOVERED = "uncovered", "not covered by memory"
+        LOW_REWARD = "low_reward", "its run was rewarded below the bar"
         DUPLICATE = "duplicate", "identical to a recent capture"
         REMOVED = "removed", "its review item was deleted"
 

@@ -10,7 +10,9 @@ logger = logging.getLogger(__name__)
 
 @shared_task(name="gateway.captures_sweep")
 def captures_sweep() -> None:
-    """Periodic: make the review items of captured calls whose capture was lost."""
+    """Periodic: make the review items of captured calls whose capture was lost, and of
+    agent steps rewarded below the bar."""
+    capture.low_reward_steps_mark()
     lost = capture.captures_lost()
     for call_id in lost:
         try:

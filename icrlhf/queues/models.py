@@ -97,6 +97,14 @@ class Queue(models.Model):
         help_text="Rewarded runs wait on their page until a reviewer or curator approves "
         "them into memory (or declines); nothing reaches memory before.",
     )
+    capture_low_reward = models.BooleanField(
+        "review the steps of runs rewarded below the bar",
+        default=False,
+        help_text="A run (or a call) the application rewards below the reward rule's "
+        "threshold, or reports as failed, sends its steps to review: reviewers see the state "
+        "and N candidate next actions made with the same tools. Calls more than a day old "
+        "are not captured.",
+    )
     memory_answers_need_approval = models.BooleanField(
         "answers from memory need a curator's approval",
         default=False,

@@ -21,6 +21,7 @@ from icrlhf.generation import tasks as generation_tasks
 from icrlhf.generation.models import Candidate
 from icrlhf.ingest.services import token_create
 from icrlhf.queues.models import Item
+from icrlhf.trajectories.feedback import feedback_record
 from tests.conftest import LLMAnswer, wait_for
 from tests.factories import (
     QueueFactory,
@@ -159,6 +160,68 @@ def test_a_lost_capture_is_swept_and_a_broker_outage_loses_nothing(
     assert generation.status == "pending"
     settings.GENERATION_LOST_AFTER_S = 0
     assert recovery.generations_sweep(broker_backlog=0).prepare == [generation.pk]
+
+
+def run_through(client: Client, run_id: str, turns: list[str]) -> list[Call]:
+    """An agent's run of several calls, named by its id, each sending the whole conversation."""
+    messages: list[dict[str, Any]] = []
+    calls = []
+    for text in turns:
+        messages.append({"role": "user", "content": text})
+        payload = {"model": "helpdesk", "messages": messages}
+        response = client.post(
+            "/v1/chat/completions",
+            json.dumps(payload),
+            "application/json",
+            headers={"X-Icrlhf-Trajectory": run_id},
+        )
+        assert response.status_code == 200
+        messages.append(
+            {"role": "assistant", "content": response.json()["choices"][0]["message"]["content"]}
+        )
+        calls.append(call_of(response))
+    return calls
+
+
+def test_the_steps_of_a_run_rewarded_below_the_bar_go_to_review(llm_answer: LLMAnswer) -> None:
+    llm_answer("Let me look into that for you.")
+    client, queue = app_for(capture_percent=0, reward_threshold=0.5, capture_low_reward=True)
+    failed = run_through(client, "run-bad", ["My card was swallowed.", "It is still inside."])
+    worked = run_through(client, "run-good", ["My card was stolen.", "Please block it."])
+    for run_id, success in (("run-bad", False), ("run-good", True)):
+        feedback_record(
+            queue=queue,
+            token=None,
+            call_id=None,
+            trajectory_ref=run_id,
+            reward=None,
+            success=success,
+        )
+    gateway_tasks.captures_sweep()
+    captured = {c.pk: c for c in Call.objects.filter(queue=queue, item__isnull=False)}
+    assert set(captured) == {c.pk for c in failed}
+    assert {c.capture for c in captured.values()} == {Call.Capture.LOW_REWARD}
+    second = Item.objects.get(calls=failed[1].pk)
+    # The reviewer sees the run so far and answers its second step.
+    assert [m["content"] for m in second.conversation if m["role"] == "user"] == [
+        "My card was swallowed.",
+        "It is still inside.",
+    ]
+    # A low reward on one call of a good run sends that step alone; a queue that does not
+    # ask for it sends nothing.
+    feedback_record(
+        queue=queue, token=None, call_id=worked[1].pk, trajectory_ref=None, reward=0.1, success=None
+    )
+    gateway_tasks.captures_sweep()
+    assert Call.objects.get(pk=worked[1].pk).capture == Call.Capture.LOW_REWARD
+    assert Call.objects.get(pk=worked[0].pk).item is None
+    queue.capture_low_reward = False
+    queue.save()
+    other = run_through(client, "run-other", ["My card is bent."])
+    feedback_record(
+        queue=queue, token=None, call_id=None, trajectory_ref="run-other", reward=0.0, success=None
+    )
+    assert capture.low_reward_steps_mark() == 0 and Call.objects.get(pk=other[0].pk).item is None
 
 
 def test_a_call_whose_item_was_deleted_is_not_captured_again() -> None:
