@@ -15,4 +15,9 @@ urlpatterns = [
         views.trajectory_approval,
         name="approval",
     ),
+    path(
+        "q/<slug:slug>/trajectories/<uuid:trajectory_id>/outcome",
+        views.trajectory_outcome,
+        name="outcome",
+    ),
 ]

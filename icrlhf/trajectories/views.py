@@ -10,6 +10,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from icrlhf.queues.access import queue_for_member, review_check
+from icrlhf.trajectories.feedback import feedback_record
 from icrlhf.trajectories.models import Trajectory
 from icrlhf.trajectories.rewards import ApprovalConflict, rewards_approval_decide
 from icrlhf.trajectories.selectors import PAGE_SIZE, steps_of, trajectories_recent
@@ -65,4 +66,28 @@ def trajectory_approval(request: HttpRequest, slug: str, trajectory_id: uuid.UUI
             messages.success(request, f"Approved: {len(stored)} step(s) stored as memory.")
         else:
             messages.success(request, "Declined: nothing from this run reaches memory.")
+    return redirect("trajectories:detail", slug, trajectory_id)
+
+
+@require_POST
+def trajectory_outcome(request: HttpRequest, slug: str, trajectory_id: uuid.UUID) -> HttpResponse:
+    """A reviewer says how the run ended: recorded as feedback from a person (success, and a
+    comment naming them), so the queue's reward rule treats it as the application's."""
+    queue = queue_for_member(request.user, slug=slug)
+    review_check(request.user, queue)
+    trajectory = get_object_or_404(Trajectory, pk=trajectory_id, queue=queue)
+    outcome = request.POST.get("outcome")
+    if outcome not in (Trajectory.Outcome.SUCCEEDED, Trajectory.Outcome.FAILED):
+        messages.error(request, "Choose Succeeded or Failed.")
+        return redirect("trajectories:detail", slug, trajectory_id)
+    feedback_record(
+        queue=queue,
+        token=None,
+        call_id=None,
+        trajectory_ref=str(trajectory.pk),
+        reward=None,
+        success=outcome == Trajectory.Outcome.SUCCEEDED,
+        comment=f"Outcome set by {request.user.get_username()}.",
+    )
+    messages.success(request, f"Outcome set: {outcome}.")
     return redirect("trajectories:detail", slug, trajectory_id)

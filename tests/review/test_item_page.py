@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
+from icrlhf.gateway.models import Call
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.review.models import Claim, Decision
 from icrlhf.review.templatetags.markup import word_diff
@@ -17,6 +18,7 @@ from tests.factories import (
     GenerationFactory,
     ItemFactory,
     UserFactory,
+    agent_step,
     ready_generation,
 )
 
@@ -204,3 +206,21 @@ def test_a_very_long_edit_is_not_compared_word_by_word_on_every_view() -> None:
     word_diff("a b", "a c")
     word_diff("a b", "a c")
     assert markup._word_diff.cache_info().hits == 1
+
+
+def test_a_captured_step_of_an_agent_run_links_to_the_runs_timeline(
+    queue: Any, logged_in: Client
+) -> None:
+    goal = [{"role": "user", "content": "Where is order 4821?"}]
+    later = [*goal, {"role": "assistant", "content": "Which address?"}]
+    later.append({"role": "user", "content": "Berlin."})
+    agent_step(queue, goal, key="run-1", text="Which address?")
+    item = ItemFactory(queue=queue, source="gateway", status="ready")
+    ready_generation(item, ["It ships Monday.", "It is in Berlin."])
+    call = Call.objects.create(
+        queue=queue, source="model", memory="empty", request_text="Berlin.", item=item
+    )
+    recorded = agent_step(queue, later, key="run-1", text="It ships Monday.", call_id=call.pk)
+    page = logged_in.get(f"/items/{item.pk}/").content.decode()
+    assert "Step 2 of an agent run" in page
+    assert f"/q/{queue.slug}/trajectories/{recorded.trajectory.pk}/" in page

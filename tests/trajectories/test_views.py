@@ -7,9 +7,10 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from icrlhf.trajectories.models import Trajectory
+from icrlhf.memory.models import Example
+from icrlhf.trajectories.models import Feedback, Trajectory
 from icrlhf.trajectories.services import step_record
-from tests.factories import QueueFactory, UserFactory
+from tests.factories import QueueFactory, UserFactory, member_add
 
 pytestmark = pytest.mark.django_db
 
@@ -125,3 +126,28 @@ def test_the_admin_shows_a_staff_member_only_their_queues_trajectories() -> None
     assert changed.status_code == 302, changed.content.decode()[:2000]
     own.refresh_from_db()
     assert (own.outcome, own.reward) == ("succeeded", 1.0)
+
+
+@pytest.mark.parametrize("role", ["viewer", "reviewer", "curator"])
+def test_a_reviewer_sets_a_runs_outcome_as_feedback_under_their_name(role: str) -> None:
+    person = UserFactory()
+    queue = QueueFactory(reward_threshold=0.5)
+    member_add(queue, person, role)
+    trajectory = _trajectory(queue)
+    client = Client()
+    client.force_login(person)
+    url = f"/q/{queue.slug}/trajectories/{trajectory.pk}/outcome"
+    response = client.post(url, {"outcome": "failed"}, follow=True)
+    if role == "viewer":
+        assert response.status_code in (403, 404) and not Feedback.objects.exists()
+        return
+    assert b"Outcome set: failed." in response.content
+    trajectory.refresh_from_db()
+    assert trajectory.outcome == "failed"
+    feedback = Feedback.objects.get()
+    assert (feedback.success, feedback.token) == (False, None)
+    assert feedback.comment == f"Outcome set by {person.username}."
+    # The reward rule applies: the run's steps are stored as rejected.
+    assert set(Example.objects.values_list("role", flat=True)) == {"rejected"}
+    assert b"Choose Succeeded or Failed." in client.post(url, {"outcome": "x"}, follow=True).content
+    assert client.get(url).status_code == 405
