@@ -7,32 +7,19 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 
 from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
-from icrlhf.trajectories.services import step_record
-from tests.factories import QueueFactory
+from tests.factories import QueueFactory, agent_step
 
 pytestmark = pytest.mark.django_db
 
 
 def _step(queue: Queue, *, key: str = "") -> Step:
     messages = [{"role": "user", "content": "Where is order 4821?"}]
-    return step_record(
-        queue=queue,
-        key=key,
-        messages=messages,
-        raw_messages=messages,
-        decision_point="Where is order 4821?",
-        action_text="It ships Monday.",
-        tool_calls=[],
-        tool_names=[],
-        call_id=None,
-        created_at=timezone.now(),
-    ).step
+    return agent_step(queue, messages, key=key, text="It ships Monday.").step
 
 
 def _post(token: str, body: dict[str, Any], **headers: str) -> Any:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Trajectory
 from icrlhf.trajectories.services import StepRecorded, step_record
-from tests.factories import QueueFactory
+from tests.factories import QueueFactory, agent_step
 
 pytestmark = pytest.mark.django_db
 
@@ -33,17 +33,13 @@ def _record(
     text: str = "",
     tool_calls: list[dict[str, Any]] | None = None,
 ) -> StepRecorded:
-    return step_record(
-        queue=queue,
+    return agent_step(
+        queue,
+        messages,
         key=key,
-        messages=messages,
-        raw_messages=messages,
-        decision_point=str(messages[-1].get("content")),
-        action_text=text,
-        tool_calls=tool_calls or [],
+        text=text,
+        tool_calls=tool_calls,
         tool_names=["lookup_order", "refund"],
-        call_id=None,
-        created_at=timezone.now(),
     )
 
 

@@ -5,12 +5,10 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from django.utils import timezone
 
 from icrlhf.memory.models import Example
 from icrlhf.trajectories.models import Feedback, Trajectory
-from icrlhf.trajectories.services import step_record
-from tests.factories import QueueFactory, UserFactory, member_add
+from tests.factories import QueueFactory, UserFactory, agent_step, member_add
 
 pytestmark = pytest.mark.django_db
 
@@ -24,35 +22,13 @@ def _trajectory(queue: Any) -> Trajectory:
         "function": {"name": "lookup_order", "arguments": '{"order_id": "' + HOSTILE + '"}'},
     }
     goal = [{"role": "user", "content": f"Where is order 4821? {HOSTILE}"}]
-    first = step_record(
-        queue=queue,
-        key="",
-        messages=goal,
-        raw_messages=goal,
-        decision_point=goal[0]["content"],
-        action_text="",
-        tool_calls=[call],
-        tool_names=["lookup_order"],
-        call_id=None,
-        created_at=timezone.now(),
-    )
+    first = agent_step(queue, goal, tool_calls=[call], tool_names=["lookup_order"])
     turns = [
         *goal,
         {"role": "assistant", "content": None, "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "call_1", "content": f"In transit {HOSTILE}"},
     ]
-    step_record(
-        queue=queue,
-        key="",
-        messages=turns,
-        raw_messages=turns,
-        decision_point="Where is order 4821?",
-        action_text=f"It is on its way. {HOSTILE}",
-        tool_calls=[],
-        tool_names=["lookup_order"],
-        call_id=None,
-        created_at=timezone.now(),
-    )
+    agent_step(queue, turns, text=f"It is on its way. {HOSTILE}", tool_names=["lookup_order"])
     return first.trajectory
 
 
