@@ -1,14 +1,12 @@
-import sys
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
 from icrlhf.export.formats import FORMATS
+from icrlhf.export.management.commands._output import lines_write, queue_named
 from icrlhf.export.services import ExportFilters, export_lines
-from icrlhf.queues.models import Queue
 from icrlhf.review.models import Decision
 
 
@@ -40,11 +38,7 @@ class Command(BaseCommand):
         parser.add_argument("--anonymize", action="store_true", help="Drop reviewer names.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        queue = None
-        if options["queue"]:
-            queue = Queue.objects.filter(slug=options["queue"]).first()
-            if queue is None:
-                raise CommandError(f"No queue {options['queue']!r}.")
+        queue = queue_named(options["queue"])
         filters = ExportFilters(
             queue=queue,
             decided_from=_when(options["decided_from"], "from"),
@@ -55,14 +49,4 @@ class Command(BaseCommand):
             anonymize=options["anonymize"],
         )
         lines = export_lines(fmt=options["format"], filters=filters, consumer="command")
-        if options["out"] == "-":
-            for line in lines:
-                sys.stdout.write(line)
-            return
-        path = Path(options["out"])
-        with path.open("w", encoding="utf-8") as out:
-            count = 0
-            for line in lines:
-                out.write(line)
-                count += 1
-        self.stderr.write(f"{count} lines written to {path}")
+        lines_write(lines, options["out"], self.stderr)

@@ -1,15 +1,13 @@
-import sys
-from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
+from icrlhf.export.management.commands._output import lines_write, queue_named
 from icrlhf.export.trajectories import (
     TRAJECTORY_FORMATS,
     TrajectoryFilters,
     trajectory_export_lines,
 )
-from icrlhf.queues.models import Queue
 
 
 class Command(BaseCommand):
@@ -22,21 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--outcome", default="", choices=["", "succeeded", "failed", "open"])
 
     def handle(self, *args: Any, **options: Any) -> None:
-        queue = None
-        if options["queue"]:
-            queue = Queue.objects.filter(slug=options["queue"]).first()
-            if queue is None:
-                raise CommandError(f"No queue {options['queue']!r}.")
+        queue = queue_named(options["queue"])
         filters = TrajectoryFilters(queue=queue, outcome=options["outcome"])
         lines = trajectory_export_lines(fmt=options["format"], filters=filters, consumer="command")
-        if options["out"] == "-":
-            for line in lines:
-                sys.stdout.write(line)
-            return
-        path = Path(options["out"])
-        count = 0
-        with path.open("w", encoding="utf-8") as out:
-            for line in lines:
-                out.write(line)
-                count += 1
-        self.stderr.write(f"{count} lines written to {path}")
+        lines_write(lines, options["out"], self.stderr)
