@@ -1,6 +1,7 @@
 """Decisions: recording one (what it teaches the memory, what it changes through the queue's
 kind, the decision webhook), settling an item once its reviewers have decided, and undo."""
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -49,8 +50,11 @@ def decision_record(
     time_to_decide_ms: int | None = None,
     corrections: dict[str, str] | None = None,
     shown_candidate_ids: Sequence[int] | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> Decision:
     """Record a reviewer's verdict on the item's latest generation, with its examples.
+    `tool_calls`: the picked candidate's calls as the reviewer's editor has them (checked
+    against their tools' schemas, review/tool_edits.py); an edit when they differ.
 
     Item and claims are read under a row lock, so of concurrent decisions only as many as the
     queue's reviewers per item win; the others get DecisionConflict and nothing is written.
@@ -105,6 +109,16 @@ def decision_record(
         if verdict == Decision.Verdict.CHOSEN and final_text.strip():
             verdict = Decision.Verdict.EDITED
         verdict, final_text = _final_text(verdict=verdict, chosen=chosen, final_text=final_text)
+    final_tool_calls: list[dict[str, Any]] = []
+    edited_calls = (
+        verdict == Decision.Verdict.CHOSEN
+        and chosen is not None
+        and tool_calls is not None
+        and _calls_differ(chosen.tool_calls, tool_calls)
+    )
+    if edited_calls and tool_calls is not None:
+        verdict, final_tool_calls = Decision.Verdict.EDITED, tool_calls
+        final_text = action_text("", tool_calls)
     if len(comment) > MAX_COMMENT_CHARS:
         raise ValidationError(f"The comment is longer than {MAX_COMMENT_CHARS:,} characters.")
     allowed_tags = set(item.queue.reason_tags)
@@ -122,6 +136,7 @@ def decision_record(
                 chosen_candidate=chosen,
                 final_text=final_text,
                 final_fields=final_fields,
+                final_tool_calls=final_tool_calls,
                 reason_tags=list(dict.fromkeys(reason_tags)),
                 comment=comment.strip(),
                 guideline_version=item.queue.guidelines_version,
@@ -200,8 +215,10 @@ def _memory_teach(decision: Decision) -> None:
             candidate_id=decision.chosen_candidate_id, output_text=decision.final_text
         )
         if chosen is not None and chosen.tool_calls and decision.verdict == Decision.Verdict.CHOSEN:
-            # An edit is the reviewer's own answer: the tool calls it started from are not.
             preferred = replace(preferred, output_text=chosen.text, tool_calls=chosen.tool_calls)
+        elif decision.final_tool_calls:  # the reviewer's own calls, edited as fields
+            preferred = replace(preferred, output_text="", tool_calls=decision.final_tool_calls)
+        # (A text edit of a tool call is the reviewer's own answer in words: no calls.)
     kind = kind_of(decision.item.queue)
     rejected = decision.generation.candidates.filter(status=Candidate.Status.DONE)
     if decision.verdict == Decision.Verdict.CHOSEN and decision.chosen_candidate_id is not None:
@@ -251,6 +268,24 @@ def _final_text(*, verdict: str, chosen: Candidate | None, final_text: str) -> t
             return verdict, final_text
     # An unchanged edit is a pick; a picked tool call is kept as its text too (exports).
     return Decision.Verdict.CHOSEN, action_text(chosen.text, chosen.tool_calls)
+
+
+def _calls_differ(original: list[dict[str, Any]], edited: list[dict[str, Any]]) -> bool:
+    """Whether the edited calls name other tools or other arguments (as values: the same
+    JSON written with other spacing is the same call)."""
+
+    def meaning(calls: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+        out = []
+        for call in calls:
+            function = call.get("function") or {}
+            try:
+                arguments = json.loads(function.get("arguments") or "{}")
+            except ValueError:
+                arguments = function.get("arguments")
+            out.append((function.get("name"), arguments))
+        return out
+
+    return meaning(original) != meaning(edited)
 
 
 def _candidate_for(

@@ -37,6 +37,8 @@ class Decision(models.Model):
     final_fields = models.JSONField(
         null=True, blank=True, help_text="Triage: the confirmed category, priority and reply."
     )
+    # An agent's step: the tool calls as the reviewer edited them (OpenAI's shape).
+    final_tool_calls = models.JSONField(default=list, blank=True)
     replaced = models.JSONField(
         null=True,
         blank=True,

@@ -24,7 +24,7 @@ from icrlhf.queues.models import Item, Queue
 from icrlhf.review import automation as review_automation
 from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
-from icrlhf.review import live, selectors
+from icrlhf.review import live, selectors, tool_edits
 from icrlhf.review.forms import DecisionForm
 from icrlhf.review.models import Automation, Decision
 
@@ -250,6 +250,9 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         return redirect("review:item", item_id=item.pk)
     submitted = form.decision_input()
     try:
+        tool_calls = tool_edits.picked_calls_edited(
+            item=item, candidate_id=submitted.candidate_id, data=request.POST
+        )
         decision = review_decisions.decision_record(
             item_id=item.pk,
             reviewer=request.user,
@@ -261,6 +264,7 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
             time_to_decide_ms=submitted.time_to_decide_ms,
             corrections=submitted.corrections,
             shown_candidate_ids=submitted.shown_candidate_ids,
+            tool_calls=tool_calls,
         )
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))

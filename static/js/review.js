@@ -178,6 +178,24 @@
         if (d.open) { const t = d.querySelector("textarea"); renderDiff(t); }
       });
     });
+    // A tool call's editor: the chosen tool's argument fields show, and editing picks it.
+    bindOnce(f, "select.tool-choice", function (select) {
+      select.addEventListener("change", function () {
+        select.closest("fieldset").querySelectorAll(".tool-arguments").forEach(function (box) {
+          box.hidden = box.dataset.tool !== select.value;
+        });
+      });
+    });
+    bindOnce(f, ".tool-call-editor", function (box) {
+      box.addEventListener("input", function () {
+        const radio = document.getElementById(box.closest("details").dataset.choice);
+        if (radio) radio.checked = true;
+      });
+      box.addEventListener("change", function () {
+        const radio = document.getElementById(box.closest("details").dataset.choice);
+        if (radio) radio.checked = true;
+      });
+    });
     bindOnce(f, "input[name=choice]", function (radio) {
       radio.addEventListener("change", function () { prefillTriage(radio); });
     });
@@ -403,7 +421,7 @@
     const radio = document.getElementById(editor.dataset.choice);
     if (radio) radio.checked = true;
     const t = editor.querySelector("textarea");
-    t.focus();
+    (editor.querySelector(".tool-choice") || t).focus();  // a tool call: its tool first
     renderDiff(t);
     saveDraft();
   }

@@ -1,0 +1,55 @@
+"""The field editor of a candidate's tool calls (review/tool_edits.py reads what it posts)."""
+
+import json
+from typing import Any
+
+from django import template
+
+from icrlhf.review.tool_edits import argument_fields, field_name, tools_offered
+
+register = template.Library()
+
+
+def _shown(value: Any, kind: str) -> str:
+    """An argument's value as its field shows it."""
+    if value is None:
+        return ""
+    if kind == "boolean":
+        return "true" if value else "false"
+    if kind == "json" or not isinstance(value, str | int | float):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+@register.inclusion_tag("review/_tool_call_editor.html")
+def tool_call_editor(candidate: Any, call_options: dict[str, Any]) -> dict[str, Any]:
+    offered = tools_offered(call_options or {})
+    calls = []
+    for index, call in enumerate(candidate.tool_calls or []):
+        function = call.get("function") or {}
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except ValueError:
+            arguments = {}
+        arguments = arguments if isinstance(arguments, dict) else {}
+        tools = [
+            {
+                "name": tool,
+                "current": tool == function.get("name"),
+                "fields": [
+                    {
+                        "field": field,
+                        "input_name": field_name(candidate.pk, index, tool, field.name),
+                        # Another tool's argument of the same name starts with this value:
+                        # switching refund(order_id) to escalate(order_id) keeps the order.
+                        "value": _shown(arguments.get(field.name), field.kind),
+                    }
+                    for field in argument_fields(parameters)
+                ],
+            }
+            for tool, parameters in offered.items()
+        ]
+        calls.append(
+            {"number": index + 1, "name_field": field_name(candidate.pk, index), "tools": tools}
+        )
+    return {"calls": calls, "offered": bool(offered)}

@@ -1,0 +1,174 @@
+"""A reviewer edits a tool call as fields checked against the tool's JSON schema: the tool is
+one the call offered, each argument typed as its schema says; a bad value is refused with a
+message naming the field and nothing is saved; the edit is a step example with its calls."""
+
+import json
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.test import Client
+
+from icrlhf.generation.models import Candidate
+from icrlhf.memory.models import Example
+from icrlhf.queues.models import Item
+from icrlhf.review.models import Decision
+from icrlhf.review.tool_edits import argument_fields, tool_calls_edited
+from tests.factories import GenerationFactory, ItemFactory
+
+pytestmark = pytest.mark.django_db
+
+REFUND = {
+    "type": "function",
+    "function": {
+        "name": "refund",
+        "description": "Refund an order.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "order_id": {"type": "string", "description": "The order's number."},
+                "amount": {"type": "number", "minimum": 0},
+                "reason": {"type": "string", "enum": ["damaged", "lost"]},
+                "notify": {"type": "boolean"},
+                "items": {"type": "array", "items": {"type": "integer"}},
+            },
+            "required": ["order_id", "amount"],
+        },
+    },
+}
+ESCALATE = {
+    "type": "function",
+    "function": {
+        "name": "escalate",
+        "parameters": {
+            "type": "object",
+            "properties": {"order_id": {"type": "string"}},
+            "required": ["order_id"],
+        },
+    },
+}
+OPTIONS = {"tools": [REFUND, ESCALATE]}
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "refund", "arguments": '{"order_id": "4821", "amount": 20}'},
+}
+
+
+def _fields(candidate_id: int, tool: str = "refund", **arguments: str) -> dict[str, str]:
+    return {
+        f"toolcall_{candidate_id}_0_name": tool,
+        **{f"toolcall_{candidate_id}_0_{tool}__{k}": v for k, v in arguments.items()},
+    }
+
+
+def test_each_argument_is_a_field_of_the_kind_its_schema_says() -> None:
+    fields = {f.name: f for f in argument_fields(REFUND["function"]["parameters"])}
+    assert {name: f.kind for name, f in fields.items()} == {
+        "order_id": "string",
+        "amount": "number",
+        "reason": "choice",
+        "notify": "boolean",
+        "items": "json",
+    }
+    assert fields["reason"].choices == ("damaged", "lost")
+    assert fields["order_id"].required and not fields["notify"].required
+
+
+def test_fields_become_a_call_checked_against_the_schema() -> None:
+    edited = tool_calls_edited(
+        data=_fields(
+            7, order_id="4821", amount="12.5", reason="lost", notify="true", items="[1, 2]"
+        ),
+        candidate_id=7,
+        original=[CALL],
+        call_options=OPTIONS,
+    )
+    assert edited is not None
+    assert edited[0]["id"] == "call_1" and edited[0]["function"]["name"] == "refund"
+    assert json.loads(edited[0]["function"]["arguments"]) == {
+        "order_id": "4821",
+        "amount": 12.5,
+        "reason": "lost",
+        "notify": True,
+        "items": [1, 2],
+    }
+    other = tool_calls_edited(
+        data=_fields(7, tool="escalate", order_id="4821"),
+        candidate_id=7,
+        original=[CALL],
+        call_options=OPTIONS,
+    )
+    assert other is not None and other[0]["function"]["name"] == "escalate"
+    assert tool_calls_edited(data={}, candidate_id=7, original=[CALL], call_options=OPTIONS) is None
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (_fields(7, order_id="4821", amount="twenty"), "refund: amount must be a number"),
+        (_fields(7, order_id="4821", amount="-3"), "refund: amount: -3.0 is less than the minimum"),
+        (_fields(7, order_id="4821"), "refund: 'amount' is a required property"),
+        (_fields(7, order_id="1", amount="1", items="[1,"), "refund: items must be JSON"),
+        (_fields(7, tool="delete_everything"), "choose one of the tools the call offered"),
+    ],
+)
+def test_a_value_the_schema_refuses_is_named(fields: dict[str, str], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        tool_calls_edited(data=fields, candidate_id=7, original=[CALL], call_options=OPTIONS)
+
+
+@pytest.fixture
+def tool_item(queue: Any) -> tuple[Item, Candidate]:
+    item = ItemFactory(
+        queue=queue,
+        source="gateway",
+        status="ready",
+        input_text="Order 4821 arrived broken.",
+        conversation=[{"role": "user", "content": "Order 4821 arrived broken."}],
+        call_options=OPTIONS,
+    )
+    generation = GenerationFactory(item=item, n_candidates=1)
+    candidate = Candidate.objects.create(
+        generation=generation, position=0, status="done", text="", tool_calls=[CALL]
+    )
+    return item, candidate
+
+
+def test_the_workbench_edits_a_tool_call_as_fields_and_memory_keeps_the_edit(
+    logged_in: Client, tool_item: tuple[Item, Candidate]
+) -> None:
+    item, candidate = tool_item
+    page = logged_in.get(f"/items/{item.pk}/").content.decode()
+    name_field = f"toolcall_{candidate.pk}_0_name"
+    assert f'<select id="{name_field}" name="{name_field}" class="tool-choice">' in page
+    assert f'name="toolcall_{candidate.pk}_0_refund__order_id" value="4821"' in page
+    assert f'name="toolcall_{candidate.pk}_0_refund__amount" value="20"' in page
+
+    refused = logged_in.post(
+        f"/items/{item.pk}/decide/",
+        {"choice": f"c{candidate.pk}", **_fields(candidate.pk, order_id="4821", amount="x")},
+        follow=True,
+    )
+    assert "refund: amount must be a number" in refused.content.decode()
+    assert not Decision.objects.exists()
+
+    form = _fields(candidate.pk, tool="escalate", order_id="4821")
+    logged_in.post(f"/items/{item.pk}/decide/", {"choice": f"c{candidate.pk}", **form})
+    decision = Decision.objects.get()
+    assert decision.verdict == "edited"
+    assert decision.final_tool_calls[0]["function"] == {
+        "name": "escalate",
+        "arguments": '{"order_id": "4821"}',
+    }
+    preferred = Example.objects.get(decision=decision, role="preferred")
+    assert preferred.turns[-1]["tool_calls"][0]["function"]["name"] == "escalate"
+    assert Example.objects.get(decision=decision, role="rejected").output_text.startswith("refund(")
+
+
+def test_unchanged_fields_are_a_pick(logged_in: Client, tool_item: tuple[Item, Candidate]) -> None:
+    item, candidate = tool_item
+    form = _fields(candidate.pk, order_id="4821", amount="20")
+    logged_in.post(f"/items/{item.pk}/decide/", {"choice": f"c{candidate.pk}", **form})
+    decision = Decision.objects.get()
+    assert decision.verdict == "chosen" and decision.final_tool_calls == []
