@@ -34,6 +34,7 @@ CANONICAL_KEYS = {
     "chosen_candidate_id",
     "final_text",
     "final_fields",
+    "final_tool_calls",
     "reviewer",
     "reason_tags",
     "comment",
