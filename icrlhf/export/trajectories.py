@@ -103,9 +103,16 @@ def canonical_trajectories(trajectories: QuerySet[Trajectory]) -> Iterator[Recor
 
 
 def _canonical(trajectory: Trajectory, steps: list[Step], feedback: list[Feedback]) -> Record:
-    latest = next((s.call for s in reversed(steps) if s.call is not None), None)
-    # The tools and system prompt as the latest call sent them (a run may change them).
-    tools = latest.options.get("tools") or [] if latest is not None else []
+    calls = [s.call for s in steps if s.call is not None]
+    latest = calls[-1] if calls else None
+    # Every tool the run's calls offered (a run may change them; the latest definition of a
+    # name stands), so that each call in the run names an offered tool.
+    by_name: dict[str, Any] = {}
+    for call in calls:
+        for tool in call.options.get("tools") or []:
+            name = (tool.get("function") or {}).get("name") if isinstance(tool, dict) else None
+            by_name[str(name)] = tool
+    tools = list(by_name.values())
     system = [m for m in (latest.context if latest is not None else []) if m.get("role") in _SYSTEM]
     return {
         "schema_version": SCHEMA_VERSION,
@@ -180,13 +187,20 @@ def _openai_message(message: Message) -> Message:
     return {k: v for k, v in message.items() if not (k == "content" and v is None)}
 
 
-def _arguments(raw: Any) -> Any:
-    if not isinstance(raw, str):
-        return raw
+class _NotTrainable(Exception):
+    """A run a training format cannot carry as it is (its line is left out)."""
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    """A call's arguments as the object chat templates read; a model's arguments that are not
+    a JSON object would give the column two types, which Arrow (datasets) refuses."""
     try:
-        return json.loads(raw)
+        parsed = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
-        return raw  # kept as the model wrote it: a template prints it as it is
+        raise _NotTrainable from None
+    if not isinstance(parsed, dict):
+        raise _NotTrainable
+    return parsed
 
 
 def _trl_messages(messages: list[Message]) -> list[Message]:
@@ -222,9 +236,23 @@ def _succeeded(record: Record) -> bool:
 
 
 def trajectory_derive(record: Record, fmt: str) -> Iterator[Record]:
+    """The lines of `fmt` for one canonical record. A run whose content the call log's
+    retention removed, or whose calls' arguments are not JSON objects, gives no training
+    line (the canonical record keeps it)."""
     if fmt == "canonical":
         yield record
         return
+    if fmt not in TRAJECTORY_FORMATS:
+        raise ValueError(f"Unknown format {fmt!r}; choose one of {', '.join(TRAJECTORY_FORMATS)}.")
+    if not record["goal"]:  # purged
+        return
+    try:
+        yield from list(_derived(record, fmt))
+    except _NotTrainable:
+        return
+
+
+def _derived(record: Record, fmt: str) -> Iterator[Record]:
     tools = record["tools"]
     if fmt in {"openai", "trl"}:
         if not _succeeded(record):  # fine-tuning learns from the runs that worked
@@ -232,6 +260,9 @@ def trajectory_derive(record: Record, fmt: str) -> Iterator[Record]:
         before, action, _ = _turns(record)[-1]
         messages = [*record["system"], *before, action]
         if fmt == "openai":
+            for message in messages:  # OpenAI refuses arguments that are not a JSON object
+                for call in message.get("tool_calls") or []:
+                    _arguments(call["function"].get("arguments"))
             yield {"messages": [_openai_message(m) for m in messages], "tools": tools}
         else:
             yield {"messages": _trl_messages(messages), "tools": tools}
@@ -245,14 +276,22 @@ def trajectory_derive(record: Record, fmt: str) -> Iterator[Record]:
             chosen = action_message(
                 text=corrected.get("content") or "", tool_calls=corrected.get("tool_calls") or []
             )
+            if _calls_and_text(chosen) == _calls_and_text(taken):
+                continue  # "corrected" to what was done: no preference
             yield {
                 "prompt": _trl_messages([*record["system"], *before]),
                 "chosen": _trl_messages([chosen]),
                 "rejected": _trl_messages([taken]),
                 "tools": tools,
             }
-    else:
-        raise ValueError(f"Unknown format {fmt!r}; choose one of {', '.join(TRAJECTORY_FORMATS)}.")
+
+
+def _calls_and_text(message: Message) -> tuple[str, list[tuple[Any, Any]]]:
+    calls = [
+        (c["function"]["name"], _arguments(c["function"].get("arguments")))
+        for c in message.get("tool_calls") or []
+    ]
+    return str(message.get("content") or ""), calls
 
 
 def trajectory_export_lines(

@@ -3,13 +3,21 @@ per argument of its JSON schema, typed as the schema says, then the whole checke
 schema (jsonschema) before anything is saved.
 
 The editor posts, for a candidate's call number i:
+  toolcall_<candidate>_touched                  "1" once the reviewer changed a field (set by
+                                                review.js): untouched fields are a plain pick
   toolcall_<candidate>_<i>_name                 the tool's name
   toolcall_<candidate>_<i>_<tool>__<argument>   one argument of that tool (every offered tool
                                                 has its fields; only the named tool's count)
 An empty optional field is left out; an argument whose schema is an object or an array is
-written as JSON."""
+written as JSON. Arguments the schema does not list are kept as the model wrote them.
+
+The schemas come from the calling application: nothing they reference is fetched (an empty
+registry), and one that cannot be read or checked gives no editor, or a refusal that says
+so — never an error page."""
 
 import json
+import logging
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +25,12 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
+from referencing import Registry
 
 from icrlhf.generation.models import Candidate
 from icrlhf.queues.models import Item
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,23 +55,43 @@ def tools_offered(call_options: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return offered
 
 
+class UnusableSchema(Exception):
+    """A tool's parameters that the editor cannot turn into fields."""
+
+
+_PRIMITIVES = ("string", "integer", "number", "boolean")
+
+
+def _kind(schema: Mapping[str, Any]) -> str:
+    kind = schema.get("type")
+    if isinstance(kind, list):  # ["string", "null"]: the one real type, when there is one
+        real = [k for k in kind if k != "null"]
+        kind = real[0] if len(real) == 1 else None
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return "choice"
+    return kind if kind in _PRIMITIVES else "json"
+
+
 def argument_fields(parameters: Mapping[str, Any]) -> list[ArgumentField]:
-    required = set(parameters.get("required") or [])
+    """One field per property of the schema; UnusableSchema when it is not one."""
+    properties = parameters.get("properties") or {}
+    required = parameters.get("required") or []
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        raise UnusableSchema("its properties or required list are not what JSON Schema says")
     fields = []
-    for name, schema in (parameters.get("properties") or {}).items():
+    for name, schema in properties.items():
         schema = schema if isinstance(schema, dict) else {}
-        kind = schema.get("type") if isinstance(schema.get("type"), str) else "json"
-        if schema.get("enum"):
-            kind = "choice"
-        elif kind not in ("string", "integer", "number", "boolean"):
-            kind = "json"
         fields.append(
             ArgumentField(
-                name=name,
-                kind=kind,
-                required=name in required,
+                name=str(name),
+                kind=_kind(schema),
+                required=name in {str(r) for r in required},
                 description=str(schema.get("description") or ""),
-                choices=tuple(str(value) for value in schema.get("enum") or ()),
+                choices=tuple(
+                    json.dumps(v) if not isinstance(v, str) else v for v in schema.get("enum") or ()
+                )
+                if isinstance(schema.get("enum"), list)
+                else (),
             )
         )
     return fields
@@ -78,7 +109,7 @@ def _typed(field: ArgumentField, raw: str, parameters: Mapping[str, Any], tool: 
     if field.kind == "choice":
         # The schema's own value, with its type (an enum of numbers stays numbers).
         enum = (parameters.get("properties") or {})[field.name]["enum"]
-        return next((value for value in enum if str(value) == raw), raw)
+        return next((v for v in enum if (v if isinstance(v, str) else json.dumps(v)) == raw), raw)
     if field.kind == "integer":
         try:
             return int(raw)
@@ -86,9 +117,12 @@ def _typed(field: ArgumentField, raw: str, parameters: Mapping[str, Any], tool: 
             raise ValidationError(f"{where} must be a whole number, not “{raw}”.") from None
     if field.kind == "number":
         try:
-            return float(raw)
+            number = float(raw)
         except ValueError:
-            raise ValidationError(f"{where} must be a number, not “{raw}”.") from None
+            number = math.nan
+        if not math.isfinite(number):
+            raise ValidationError(f"{where} must be a number, not “{raw}”.")
+        return number
     if field.kind == "boolean":
         if raw not in ("true", "false"):
             raise ValidationError(f"{where} must be true or false.")
@@ -99,6 +133,33 @@ def _typed(field: ArgumentField, raw: str, parameters: Mapping[str, Any], tool: 
         raise ValidationError(f"{where} must be JSON (an object or a list).") from None
 
 
+def _schema_problem(parameters: Mapping[str, Any], arguments: dict[str, Any]) -> str | None:
+    """What the schema says is wrong with the arguments; an unreadable schema says so."""
+    try:
+        Draft202012Validator.check_schema(parameters)
+        # An empty registry: a $ref to a URL or a file is never fetched.
+        validator = Draft202012Validator(parameters, registry=Registry())
+        problem = best_match(validator.iter_errors(arguments))
+    except Exception as error:  # the application's schema: anything may be wrong with it
+        logger.info("A tool schema could not be checked: %r", error)
+        return (
+            "its schema cannot be checked (it is invalid, or points at other documents); "
+            "answer in words instead"
+        )
+    if problem is None:
+        return None
+    where = ".".join(str(part) for part in problem.absolute_path)
+    return f"{where + ': ' if where else ''}{problem.message}"
+
+
+def _arguments_of(call: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        arguments = json.loads((call.get("function") or {}).get("arguments") or "{}")
+    except ValueError:
+        return {}
+    return arguments if isinstance(arguments, dict) else {}
+
+
 def tool_calls_edited(
     *,
     data: Mapping[str, str],
@@ -106,9 +167,9 @@ def tool_calls_edited(
     original: list[dict[str, Any]],
     call_options: Mapping[str, Any],
 ) -> list[dict[str, Any]] | None:
-    """The candidate's tool calls as the reviewer's fields have them, checked against each
-    tool's schema; None when the form carries no tool fields for this candidate (no editor)."""
-    if field_name(candidate_id, 0) not in data:
+    """The candidate's tool calls as the reviewer changed them in the fields, checked against
+    each tool's schema; None when the fields were not touched (a pick as it is)."""
+    if data.get(f"toolcall_{candidate_id}_touched") != "1":
         return None
     offered = tools_offered(call_options)
     edited = []
@@ -117,22 +178,29 @@ def tool_calls_edited(
         if tool not in offered:
             raise ValidationError(f"Call {index + 1}: choose one of the tools the call offered.")
         parameters = offered[tool]
-        arguments: dict[str, Any] = {}
-        for field in argument_fields(parameters):
-            raw = data.get(field_name(candidate_id, index, tool, field.name), "").strip()
-            if raw:
+        try:
+            fields = argument_fields(parameters)
+        except UnusableSchema as error:
+            raise ValidationError(f"{tool}: {error}; answer in words instead.") from None
+        # Unlisted arguments stay as the model wrote them (when the tool stays the same).
+        same_tool = (call.get("function") or {}).get("name") == tool
+        listed = {field.name for field in fields}
+        arguments = {k: v for k, v in _arguments_of(call).items() if same_tool and k not in listed}
+        for field in fields:
+            raw = data.get(field_name(candidate_id, index, tool, field.name), "")
+            if raw.strip():
                 arguments[field.name] = _typed(field, raw, parameters, tool)
-        problem = best_match(Draft202012Validator(parameters).iter_errors(arguments))
+        problem = _schema_problem(parameters, arguments)
         if problem is not None:
-            where = ".".join(str(part) for part in problem.absolute_path)
-            raise ValidationError(
-                f"{tool}{': ' + where if where else ''}: {problem.message}. Nothing was saved."
-            )
+            raise ValidationError(f"{tool}: {problem}. Nothing was saved.")
         edited.append(
             {
                 "id": call.get("id") or f"call_{index}",
                 "type": "function",
-                "function": {"name": tool, "arguments": json.dumps(arguments, ensure_ascii=False)},
+                "function": {
+                    "name": tool,
+                    "arguments": json.dumps(arguments, ensure_ascii=False, allow_nan=False),
+                },
             }
         )
     return edited
@@ -141,8 +209,8 @@ def tool_calls_edited(
 def picked_calls_edited(
     *, item: Item, candidate_id: int | None, data: Mapping[str, str]
 ) -> list[dict[str, Any]] | None:
-    """The picked candidate's tool calls as its field editor posted them, checked; None when
-    it has no tool calls or no editor fields were posted."""
+    """The picked candidate's tool calls as its field editor changed them, checked; None when
+    it has no tool calls or its fields were not touched."""
     if candidate_id is None:
         return None
     candidate = Candidate.objects.filter(pk=candidate_id, generation__item=item).first()

@@ -41,13 +41,14 @@ def _target(
             )
         return step.trajectory, step
     reference = (trajectory_ref or "").strip()
-    # Runs grouped by their messages have no key: "" names none of them.
-    found = Trajectory.objects.filter(queue=queue, key=reference).exclude(key="").first()
+    # The trajectory's own id first (an application's key that looks like one names no other
+    # run); then the caller's key. Runs grouped by their messages have no key: "" names none.
+    try:
+        found = Trajectory.objects.filter(queue=queue, pk=uuid.UUID(reference)).first()
+    except ValueError:
+        found = None
     if found is None:
-        try:
-            found = Trajectory.objects.filter(queue=queue, pk=uuid.UUID(reference)).first()
-        except ValueError:
-            found = None
+        found = Trajectory.objects.filter(queue=queue, key=reference).exclude(key="").first()
     if found is None:
         raise FeedbackTargetMissing(
             f"No trajectory “{reference}” in this queue (give the id you sent as "

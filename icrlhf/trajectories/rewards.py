@@ -56,8 +56,9 @@ class ApprovalConflict(Exception):
 def rewards_approval_decide(
     *, queue: Queue, trajectory_id: Any, reviewer: User, approve: bool
 ) -> list[Example]:
-    """A reviewer's approval of a rewarded run: approved, its feedback goes to memory as it
-    would have without approval (each in the order posted); declined, nothing does. Once."""
+    """A reviewer's approval of a rewarded run: approved, its feedback goes to memory, the
+    latest first (a step takes the first reward that reaches memory, so what the reviewer saw
+    last is what is stored); declined, nothing does. Once; new feedback asks again."""
     with transaction.atomic():
         trajectory = (
             Trajectory.objects.select_for_update().filter(pk=trajectory_id, queue=queue).first()
@@ -69,7 +70,7 @@ def rewards_approval_decide(
             for each in (
                 Feedback.objects.filter(trajectory=trajectory)
                 .select_related("step")
-                .order_by("created_at", "pk")
+                .order_by("-created_at", "-pk")
             ):
                 learnt = learnt_reward(reward=each.reward, success=each.success)
                 if learnt is not None:

@@ -88,6 +88,7 @@ def trajectory_outcome(request: HttpRequest, slug: str, trajectory_id: uuid.UUID
         reward=None,
         success=outcome == Trajectory.Outcome.SUCCEEDED,
         comment=f"Outcome set by {request.user.get_username()}.",
+        key=f"reviewer:{uuid.uuid4()}",  # each press is its own (a change of mind counts)
     )
     messages.success(request, f"Outcome set: {outcome}.")
     return redirect("trajectories:detail", slug, trajectory_id)

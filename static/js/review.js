@@ -187,14 +187,15 @@
       });
     });
     bindOnce(f, ".tool-call-editor", function (box) {
-      box.addEventListener("input", function () {
-        const radio = document.getElementById(box.closest("details").dataset.choice);
+      function touched() {
+        const editor = box.closest("details");
+        const radio = document.getElementById(editor.dataset.choice);
         if (radio) radio.checked = true;
-      });
-      box.addEventListener("change", function () {
-        const radio = document.getElementById(box.closest("details").dataset.choice);
-        if (radio) radio.checked = true;
-      });
+        const mark = editor.querySelector(".tool-touched");
+        if (mark) mark.value = "1";  // the fields now say what the reviewer wants
+      }
+      box.addEventListener("input", touched);
+      box.addEventListener("change", touched);
     });
     bindOnce(f, "input[name=choice]", function (radio) {
       radio.addEventListener("change", function () { prefillTriage(radio); });

@@ -256,3 +256,35 @@ def test_the_api_exports_the_tokens_queue_only() -> None:
     _, ingest_only = token_create(queue=mine, name="agent")
     refused = client.get("/api/v1/exports/trajectories", HTTP_AUTHORIZATION=f"Bearer {ingest_only}")
     assert refused.status_code in (401, 403)
+
+
+def test_runs_a_training_format_cannot_carry_are_left_out_of_it_not_of_canonical() -> None:
+    queue = QueueFactory()
+    purged = agent_run(queue, "4821")
+    Trajectory.objects.filter(pk=purged.pk).update(goal="")  # what retention leaves
+    garbled = agent_run(queue, "5000")
+    step = garbled.steps.get(position=0)
+    step.tool_calls = [
+        {**step.tool_calls[0], "function": {"name": "lookup_order", "arguments": "{oops"}}
+    ]
+    step.save()
+    kept = agent_run(queue, "6000")
+    assert len(lines("canonical")) == 3
+    for fmt in ("openai", "trl"):
+        exported = lines(fmt)
+        assert len(exported) == 1 and "Order 6000" in json.dumps(exported[0]), fmt
+    assert kept.pk
+
+
+def test_the_tools_are_every_tool_the_runs_calls_offered() -> None:
+    queue = QueueFactory()
+    run = agent_run(queue, "4821")
+    first = run.steps.get(position=0).call
+    assert first is not None
+    Call.objects.filter(pk=first.pk).update(options={"tools": [LOOKUP_TOOL]})
+    for later in run.steps.exclude(position=0):
+        assert later.call is not None
+        Call.objects.filter(pk=later.call.pk).update(options={"tools": [REFUND_TOOL]})
+    [line] = lines("openai")
+    assert line["tools"] == [LOOKUP_TOOL, REFUND_TOOL]
+    assert finetune_line_problems(line) == []

@@ -56,7 +56,9 @@ CALL = {
 
 
 def _fields(candidate_id: int, tool: str = "refund", **arguments: str) -> dict[str, str]:
+    """What the editor posts once the reviewer has changed a field."""
     return {
+        f"toolcall_{candidate_id}_touched": "1",
         f"toolcall_{candidate_id}_0_name": tool,
         **{f"toolcall_{candidate_id}_0_{tool}__{k}": v for k, v in arguments.items()},
     }
@@ -100,13 +102,19 @@ def test_fields_become_a_call_checked_against_the_schema() -> None:
         call_options=OPTIONS,
     )
     assert other is not None and other[0]["function"]["name"] == "escalate"
-    assert tool_calls_edited(data={}, candidate_id=7, original=[CALL], call_options=OPTIONS) is None
+    # Fields the reviewer did not touch are a pick as it is, whatever they hold.
+    untouched = {**_fields(7, order_id=" 4821 "), "toolcall_7_touched": "0"}
+    assert (
+        tool_calls_edited(data=untouched, candidate_id=7, original=[CALL], call_options=OPTIONS)
+        is None
+    )
 
 
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
         (_fields(7, order_id="4821", amount="twenty"), "refund: amount must be a number"),
+        (_fields(7, order_id="4821", amount="nan"), "refund: amount must be a number"),
         (_fields(7, order_id="4821", amount="-3"), "refund: amount: -3.0 is less than the minimum"),
         (_fields(7, order_id="4821"), "refund: 'amount' is a required property"),
         (_fields(7, order_id="1", amount="1", items="[1,"), "refund: items must be JSON"),
@@ -172,3 +180,45 @@ def test_unchanged_fields_are_a_pick(logged_in: Client, tool_item: tuple[Item, C
     logged_in.post(f"/items/{item.pk}/decide/", {"choice": f"c{candidate.pk}", **form})
     decision = Decision.objects.get()
     assert decision.verdict == "chosen" and decision.final_tool_calls == []
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"type": "object", "properties": ["order_id"]},
+        {"type": "object", "properties": {"a": {"type": "string"}}, "required": True},
+        {"type": "object", "properties": {"a": {"type": "strin"}}},
+        {"type": "object", "properties": {"a": {"type": "string", "pattern": "("}}},
+        {"$ref": "http://169.254.169.254/latest/meta-data"},
+    ],
+)
+def test_a_schema_the_editor_cannot_use_is_refused_in_words_and_nothing_is_fetched(
+    parameters: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fetched: list[Any] = []
+    monkeypatch.setattr("urllib.request.urlopen", lambda *a, **k: fetched.append(a))
+    options = {
+        "tools": [{"type": "function", "function": {"name": "odd", "parameters": parameters}}]
+    }
+    odd_call = {"id": "c", "type": "function", "function": {"name": "odd", "arguments": "{}"}}
+    data = {"toolcall_7_touched": "1", "toolcall_7_0_name": "odd", "toolcall_7_0_odd__a": "x"}
+    with pytest.raises(ValidationError, match="odd: "):  # a message, never an error page
+        tool_calls_edited(data=data, candidate_id=7, original=[odd_call], call_options=options)
+    assert fetched == []
+
+
+def test_an_item_whose_tool_schema_is_unusable_still_opens_without_the_editor(
+    logged_in: Client, queue: Any
+) -> None:
+    odd = {"type": "function", "function": {"name": "odd", "parameters": {"properties": [1]}}}
+    item = ItemFactory(queue=queue, source="gateway", status="ready", call_options={"tools": [odd]})
+    generation = GenerationFactory(item=item, n_candidates=1)
+    call = {"id": "c", "type": "function", "function": {"name": "odd", "arguments": "{}"}}
+    candidate = Candidate.objects.create(
+        generation=generation, position=0, status="done", text="", tool_calls=[call]
+    )
+    page = logged_in.get(f"/items/{item.pk}/")
+    assert page.status_code == 200 and b"tool-choice" not in page.content
+    # Picked as it is (the fields were never there), it is a pick.
+    logged_in.post(f"/items/{item.pk}/decide/", {"choice": f"c{candidate.pk}"})
+    assert Decision.objects.get().verdict == "chosen"

@@ -126,4 +126,9 @@ def test_a_reviewer_sets_a_runs_outcome_as_feedback_under_their_name(role: str) 
     # The reward rule applies: the run's steps are stored as rejected.
     assert set(Example.objects.values_list("role", flat=True)) == {"rejected"}
     assert b"Choose Succeeded or Failed." in client.post(url, {"outcome": "x"}, follow=True).content
+    # A change of mind, and back: each press counts.
+    client.post(url, {"outcome": "succeeded"})
+    client.post(url, {"outcome": "failed"})
+    trajectory.refresh_from_db()
+    assert trajectory.outcome == "failed" and Feedback.objects.count() == 3
     assert client.get(url).status_code == 405

@@ -5,7 +5,7 @@ from typing import Any
 
 from django import template
 
-from icrlhf.review.tool_edits import argument_fields, field_name, tools_offered
+from icrlhf.review.tool_edits import UnusableSchema, argument_fields, field_name, tools_offered
 
 register = template.Library()
 
@@ -16,14 +16,18 @@ def _shown(value: Any, kind: str) -> str:
         return ""
     if kind == "boolean":
         return "true" if value else "false"
-    if kind == "json" or not isinstance(value, str | int | float):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
+    if kind in ("string", "integer", "number") and isinstance(value, str | int | float):
+        return str(value)
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 @register.inclusion_tag("review/_tool_call_editor.html")
 def tool_call_editor(candidate: Any, call_options: dict[str, Any]) -> dict[str, Any]:
     offered = tools_offered(call_options or {})
+    try:
+        fields = {tool: argument_fields(parameters) for tool, parameters in offered.items()}
+    except UnusableSchema:  # the application's schema: no editor, the text answer remains
+        return {"calls": [], "offered": False}
     calls = []
     for index, call in enumerate(candidate.tool_calls or []):
         function = call.get("function") or {}
@@ -44,12 +48,16 @@ def tool_call_editor(candidate: Any, call_options: dict[str, Any]) -> dict[str, 
                         # switching refund(order_id) to escalate(order_id) keeps the order.
                         "value": _shown(arguments.get(field.name), field.kind),
                     }
-                    for field in argument_fields(parameters)
+                    for field in fields[tool]
                 ],
             }
-            for tool, parameters in offered.items()
+            for tool in offered
         ]
         calls.append(
             {"number": index + 1, "name_field": field_name(candidate.pk, index), "tools": tools}
         )
-    return {"calls": calls, "offered": bool(offered)}
+    return {
+        "calls": calls,
+        "offered": bool(offered),
+        "touched_field": f"toolcall_{candidate.pk}_touched",
+    }
