@@ -72,26 +72,29 @@ def _kind(schema: Mapping[str, Any]) -> str:
     return kind if kind in _PRIMITIVES else "json"
 
 
+def choice_text(value: Any) -> str:
+    """An enum value as its option says it (a string as it is, anything else as JSON)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def argument_fields(parameters: Mapping[str, Any]) -> list[ArgumentField]:
     """One field per property of the schema; UnusableSchema when it is not one."""
     properties = parameters.get("properties") or {}
     required = parameters.get("required") or []
     if not isinstance(properties, dict) or not isinstance(required, list):
         raise UnusableSchema("its properties or required list are not what JSON Schema says")
+    required_names = {str(name) for name in required}
     fields = []
     for name, schema in properties.items():
         schema = schema if isinstance(schema, dict) else {}
+        enum = schema.get("enum")
         fields.append(
             ArgumentField(
                 name=str(name),
                 kind=_kind(schema),
-                required=name in {str(r) for r in required},
+                required=str(name) in required_names,
                 description=str(schema.get("description") or ""),
-                choices=tuple(
-                    json.dumps(v) if not isinstance(v, str) else v for v in schema.get("enum") or ()
-                )
-                if isinstance(schema.get("enum"), list)
-                else (),
+                choices=tuple(choice_text(v) for v in enum) if isinstance(enum, list) else (),
             )
         )
     return fields
@@ -109,7 +112,7 @@ def _typed(field: ArgumentField, raw: str, parameters: Mapping[str, Any], tool: 
     if field.kind == "choice":
         # The schema's own value, with its type (an enum of numbers stays numbers).
         enum = (parameters.get("properties") or {})[field.name]["enum"]
-        return next((v for v in enum if (v if isinstance(v, str) else json.dumps(v)) == raw), raw)
+        return next((value for value in enum if choice_text(value) == raw), raw)
     if field.kind == "integer":
         try:
             return int(raw)

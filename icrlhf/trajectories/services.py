@@ -16,6 +16,7 @@ from django.db.models import F
 
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
+from icrlhf.trajectories.turns import action_message
 
 KEY_MAX_LENGTH = 200
 
@@ -38,11 +39,6 @@ def _comparable(message: dict[str, Any]) -> list[Any]:
 def conversation_hash(messages: list[dict[str, Any]]) -> str:
     comparable = [_comparable(m) for m in messages if m.get("role") not in ("system", "developer")]
     return hashlib.sha256(json.dumps(comparable, ensure_ascii=False).encode()).hexdigest()
-
-
-def answer_message(text: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
-    """The assistant message a call's answer becomes in the caller's next call."""
-    return {"role": "assistant", "content": None if tool_calls else text, "tool_calls": tool_calls}
 
 
 @dataclass(frozen=True)
@@ -72,7 +68,9 @@ def step_record(
     (redacted when REDACTION says so)."""
     key = key.strip()[:KEY_MAX_LENGTH]
     answered = action_text if raw_action_text is None else raw_action_text
-    continuation = conversation_hash([*raw_messages, answer_message(answered, tool_calls)])
+    # The answer as the assistant message it becomes in the caller's next call.
+    answer = action_message(text=answered, tool_calls=tool_calls)
+    continuation = conversation_hash([*raw_messages, answer])
     with transaction.atomic():
         trajectory, seen = _trajectory_for(queue=queue, key=key, raw_messages=raw_messages)
         if trajectory is None:

@@ -5,7 +5,13 @@ from typing import Any
 
 from django import template
 
-from icrlhf.review.tool_edits import UnusableSchema, argument_fields, field_name, tools_offered
+from icrlhf.review.tool_edits import (
+    UnusableSchema,
+    argument_fields,
+    choice_text,
+    field_name,
+    tools_offered,
+)
 
 register = template.Library()
 
@@ -16,6 +22,8 @@ def _shown(value: Any, kind: str) -> str:
         return ""
     if kind == "boolean":
         return "true" if value else "false"
+    if kind == "choice":  # as its option says it, so that the option is the one selected
+        return choice_text(value)
     if kind in ("string", "integer", "number") and isinstance(value, str | int | float):
         return str(value)
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
