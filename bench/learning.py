@@ -44,6 +44,15 @@ def label_of(answer: str, labels: list[str]) -> str:
     return next((by_form[word] for word in words if word in by_form), "")
 
 
+def rating_of(named: str, gold: str) -> int:
+    """The simulated reviewer's 1…5 rating of an answer naming `named` when `gold` is right:
+    5 right, 3 a near miss (the labels share a word: card_arrival for card_delivery_estimate
+    does not, card_linking for card_arrival does), 1 otherwise."""
+    if named == gold:
+        return 5
+    return 3 if named and set(_words(named)) & set(_words(gold)) else 1
+
+
 # (key, name, colour): every rate the benchmark measures at each number of stored decisions.
 SERIES = (
     ("acceptance", "best-of-N acceptance", "#1d7a3a"),

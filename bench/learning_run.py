@@ -18,6 +18,7 @@ from bench.learning import (
     confidence_summary,
     label_of,
     minimum_choose,
+    rating_of,
     significance,
     summarise,
 )
@@ -32,6 +33,7 @@ from icrlhf.memory.selectors import examples_recall_anywhere
 from icrlhf.ops.stack import wait_until
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.calibrations import calibration_fit
+from icrlhf.review.claims import item_try_again
 from icrlhf.review.decisions import decision_record
 
 MAX_TOKENS = 12  # An intent label is a few tokens; more only adds chatter.
@@ -47,6 +49,7 @@ class Bench:
     queue: Queue  # the product as configured: retrieval and memory candidates
     plain: Queue  # the same model and prompt, nothing retrieved: the baseline
     temperature: float
+    ratings: bool  # the simulated reviewer rates every candidate 1…5 as well as picking
 
 
 def _bench_build(options: dict[str, Any], stream_size: int) -> Bench:
@@ -76,6 +79,7 @@ def _bench_build(options: dict[str, Any], stream_size: int) -> Bench:
         memory_candidates=options["memory_candidates"],
         memory_min_similarity=-1.0,
         example_framing=options["framing"],
+        example_rewards=options["example_rewards"],
         **common,
     )
     plain = Queue.objects.create(
@@ -94,6 +98,7 @@ def _bench_build(options: dict[str, Any], stream_size: int) -> Bench:
         queue=queue,
         plain=plain,
         temperature=options["temperature"],
+        ratings=options["ratings"],
     )
 
 
@@ -137,6 +142,7 @@ def _learn(bench: Bench, rows: list[Labelled]) -> None:
             verdict="chosen" if right else "edited",
             candidate_id=(right or candidates[0]).pk,
             final_text=row.label,
+            ratings=_ratings(bench, candidates, row) if bench.ratings else None,
         )
     wait_until(
         lambda: not Example.objects.exclude(index_state=Example.IndexState.INDEXED).exists(),
@@ -146,12 +152,17 @@ def _learn(bench: Bench, rows: list[Labelled]) -> None:
     calibration_fit(queue=bench.queue)
 
 
+def _ratings(bench: Bench, candidates: list[Candidate], row: Labelled) -> dict[int, int]:
+    return {c.pk: rating_of(label_of(c.text, bench.labels), row.label) for c in candidates}
+
+
 @dataclass
 class Evaluation:
     counts: Counts
     llm_calls_saved: float
     confidences: list[float]  # the first candidate's, where the queue was calibrated
     first_right: list[bool]
+    missed: list[tuple[Item, Labelled]]  # no candidate named the gold intent
 
 
 def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
@@ -161,6 +172,7 @@ def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
     first = accepted = llm_right = llm_total = knn = gold_retrieved = 0
     from_memory = total_candidates = with_examples = in_prompt = related = 0
     confidences, first_right = [], []
+    missed = []
     items = _generate(bench, bench.queue, bench.held_out)
     for item, row in zip(items, bench.held_out, strict=True):
         candidates = _candidates(item)
@@ -170,6 +182,8 @@ def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
             confidences.append(candidates[0].confidence)
             first_right.append(named[0] == row.label)
         accepted += row.label in named
+        if candidates and row.label not in named:
+            missed.append((item, row))
         model_named = [n for n, c in zip(named, candidates, strict=True) if c.source == "llm"]
         if model_named:
             llm_total += 1
@@ -201,7 +215,51 @@ def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
         llm_calls_saved=from_memory / total_candidates if total_candidates else 0.0,
         confidences=confidences,
         first_right=first_right,
+        missed=missed,
     )
+
+
+def _recovery(bench: Bench, missed: list[tuple[Item, Labelled]]) -> Counts:
+    """The messages no candidate got right, tried again: the reviewer rates the round (as
+    `_ratings`, or all 1 without ratings) and presses "try again", so the next round sees
+    those answers and rewards with the explore-or-exploit instruction. The control is the
+    same messages generated afresh with the same memory, as "regenerate" would: does a
+    round that knows what scored low find the right answer more often?"""
+    rows = [row for _, row in missed]
+    for item, row in missed:
+        candidates = _candidates(item)
+        ratings = (
+            _ratings(bench, candidates, row) if bench.ratings else {c.pk: 1 for c in candidates}
+        )
+        item_try_again(
+            item_id=item.pk, reviewer=bench.reviewer, ratings=ratings, reasons=[], comment=""
+        )
+    ids = [item.pk for item, _ in missed]
+    wait_until(
+        lambda: not Item.objects.filter(pk__in=ids, status=Item.Status.GENERATING).exists(),
+        timeout_s=3600,
+        what="try-again rounds",
+    )
+    retried = [_latest_candidates(Item.objects.get(pk=pk)) for pk in ids]
+    fresh = [_candidates(item) for item in _generate(bench, bench.queue, rows)]
+    counts: Counts = {}
+    for name, rounds in (("try_again", retried), ("regenerate", fresh)):
+        recovered = llm_right = llm_total = 0
+        for candidates, row in zip(rounds, rows, strict=True):
+            named = [label_of(c.text, bench.labels) for c in candidates]
+            recovered += row.label in named
+            from_llm = [n for n, c in zip(named, candidates, strict=True) if c.source == "llm"]
+            llm_right += from_llm.count(row.label)
+            llm_total += len(from_llm)
+        counts[f"{name}_recovered"] = (recovered, len(rows))
+        counts[f"{name}_llm_right"] = (llm_right, llm_total)
+    return counts
+
+
+def _latest_candidates(item: Item) -> list[Candidate]:
+    generation = item.generations.order_by("-created_at").first()
+    assert generation is not None
+    return list(generation.candidates.filter(status="done").order_by("position"))
 
 
 def _no_retrieval(bench: Bench) -> tuple[int, int]:
@@ -306,6 +364,10 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
                 rows.append(_sweep_row(bench, minimum, _evaluate(bench, memory_size=size)))
             _minimum_set(bench, main_minimum)
             sweep[str(size)] = rows
+        if options["try_again"] and size == sizes[-1] and size:
+            # After the sweep: trying again adds to memory only once the items are decided,
+            # which they never are here.
+            counts_by_size[size].update(_recovery(bench, evaluation.missed))
         extra_by_size[size] = {
             "llm_calls_saved": evaluation.llm_calls_saved,
             **confidence_summary(
@@ -322,6 +384,8 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
         "significance": significance(counts_by_size),
         "min_similarity": main_minimum,
         "framing": bench.queue.example_framing,
+        "example_rewards": bench.queue.example_rewards,
+        "ratings": bench.ratings,
         "min_similarity_sweep": sweep,
         "chosen_min_similarity": minimum_choose(sweep, tolerance=options["tolerance"])
         if sweep

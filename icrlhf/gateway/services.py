@@ -15,7 +15,8 @@ from django.db import DatabaseError
 
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
-from icrlhf.generation.prompts import PromptExample, conversation_prompt, messages_build
+from icrlhf.generation import selectors as generation_selectors
+from icrlhf.generation.prompts import conversation_prompt, messages_build
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.redaction import redact
@@ -173,7 +174,7 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
         instructions=kind_of(queue).instructions(queue),
         guidelines=queue.guidelines,
         guidelines_version=queue.guidelines_version,
-        examples=[PromptExample.of(r.example) for r in in_prompt],
+        examples=generation_selectors.prompt_examples(queue=queue, retrieved=in_prompt),
         history=history,
         request=request_turn,
         framing=queue.example_framing,

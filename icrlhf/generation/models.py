@@ -62,6 +62,10 @@ class Generation(models.Model):
     min_similarity = models.FloatField(null=True, blank=True)
     below_minimum = models.JSONField(default=list, blank=True)
     ranked_at = models.DateTimeField(null=True, blank=True)
+    # A reviewer's "try again" on this round: {"rewards": {candidate id: reward}, "reasons":
+    # [...], "comment": "...", "reviewer": name}. The next round is prompted with this one's
+    # answers and rewards as earlier attempts (selectors.attempts_earlier).
+    try_again = models.JSONField(null=True, blank=True)
     calibration = models.ForeignKey(
         Calibration, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -14,9 +14,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from icrlhf.generation import ranking, signals, tasks
+from icrlhf.generation import ranking, selectors, signals, tasks
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.generation.prompts import PromptExample, conversation_prompt, messages_build
+from icrlhf.generation.prompts import conversation_prompt, messages_build
 from icrlhf.integrations import llm
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.vectors import VectorStoreUnavailable
@@ -113,15 +113,18 @@ def generation_prepare(*, generation_id: int) -> list[int]:
     retrieved = recall.examples
     retrieval_ms = int((time.monotonic() - started) * 1000)
 
+    earlier = selectors.attempts_earlier(item=item, before=generation)
     messages = messages_build(
         instructions=kind_of(queue).instructions(queue),
         system_prompt=system_prompt,
         guidelines=queue.guidelines,
         guidelines_version=queue.guidelines_version,
-        examples=[PromptExample.of(r.example) for r in retrieved],
+        examples=selectors.prompt_examples(queue=queue, retrieved=retrieved),
         history=history,
         request=request_turn,
         framing=queue.example_framing,
+        attempts=earlier.attempts,
+        attempts_feedback=earlier.feedback,
     )
     with transaction.atomic():
         memory_services.retrievals_record(generation_id=generation.pk, retrieved=retrieved)
@@ -148,13 +151,15 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             # A stored tool call is not offered again: its arguments were for its own state.
             neighbours=recall.neighbours if signature == PLAIN else [],
             queue=queue,
-            # An answer already among the candidates (one served to an application).
+            # An answer already among the candidates (one served to an application), or one
+            # a reviewer sent back with "try again".
             present={
                 text.strip()
                 for text in generation.candidates.filter(status=Candidate.Status.DONE).values_list(
                     "text", flat=True
                 )
-            },
+            }
+            | {attempt.text for attempt in earlier.attempts},
         )
         candidate_ids = [c.pk for c in pending[answered:]]
         priority = fair_priority(generation_id=generation_id, queue_id=queue.pk)

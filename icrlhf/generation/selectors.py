@@ -1,11 +1,20 @@
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db.models import QuerySet
 
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.prompts import Attempt, PromptExample
+from icrlhf.memory import selectors as memory_selectors
 from icrlhf.memory.models import Example, Retrieval
-from icrlhf.queues.models import Item
+from icrlhf.memory.selectors import RetrievedExample
+from icrlhf.memory.signatures import action_text
+from icrlhf.queues.models import Item, Queue
+
+# A "try again" prompt carries at most this many earlier attempts (the latest ones): the
+# paper keeps them all, a prompt has a budget.
+MAX_ATTEMPTS = 12
 
 
 @dataclass(frozen=True)
@@ -59,3 +68,47 @@ def generation_retrievals(*, generation: Generation) -> Retrievals:
         ],
         minimum=generation.min_similarity,
     )
+
+
+def prompt_examples(*, queue: Queue, retrieved: Sequence[RetrievedExample]) -> list[PromptExample]:
+    """The retrieved examples as the prompt sends them: with their rewards and their rivals'
+    when the queue puts rewards beside examples."""
+    examples = [r.example for r in retrieved]
+    if not queue.example_rewards:
+        return [PromptExample.of(example) for example in examples]
+    rivals = memory_selectors.examples_rivals(examples=examples)
+    return [
+        PromptExample.of(example, rewarded=True, rivals=rivals[example.pk]) for example in examples
+    ]
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """A "try again" round's context: the item's earlier answers with their rewards, oldest
+    first, and what the reviewers said about them."""
+
+    attempts: list[Attempt]
+    feedback: str
+
+
+def attempts_earlier(*, item: Item, before: Generation) -> Attempts:
+    """The answers of the item's rounds that a reviewer sent back with "try again", before
+    `before`: each text once (its latest reward), the latest MAX_ATTEMPTS."""
+    rounds = item.generations.filter(created_at__lt=before.created_at, try_again__isnull=False)
+    rewards: dict[str, float] = {}
+    said: list[str] = []
+    for generation in rounds.order_by("created_at"):
+        verdict = generation.try_again or {}
+        given = verdict.get("rewards", {})
+        for candidate in generation.candidates.filter(status=Candidate.Status.DONE).order_by(
+            "position"
+        ):
+            text = action_text(candidate.text, candidate.tool_calls).strip()
+            if text:
+                rewards.pop(text, None)  # re-inserted: the latest round orders it
+                rewards[text] = float(given.get(str(candidate.pk), 0.0))
+        reasons = ", ".join(verdict.get("reasons", []))
+        comment = str(verdict.get("comment", "")).strip()
+        said.append(" — ".join(part for part in (reasons, comment) if part))
+    attempts = [Attempt(text, reward) for text, reward in rewards.items()][-MAX_ATTEMPTS:]
+    return Attempts(attempts=attempts, feedback="; ".join(s for s in said if s))

@@ -197,3 +197,25 @@ def generation_regenerate(*, item_id: int) -> Generation:
     return generation_start(
         item=item, n_candidates=count, served=None if served is None else _served_of(served)
     )
+
+
+@transaction.atomic
+def generation_try_again(
+    *, item_id: int, rewards: dict[int, float], reasons: list[str], comment: str, reviewer: str
+) -> Generation:
+    """A reviewer's "try again": the latest round's answers go back with their rewards (those
+    not rated count as rejected, 0.0) and what the reviewer said, and a new round is
+    generated with them as earlier attempts (in-context RL). The rounds stay on record."""
+    item = Item.objects.select_for_update().get(pk=item_id)
+    previous = selectors.generation_latest(item=item)
+    if previous is None or not previous.candidates.filter(status=Candidate.Status.DONE).exists():
+        raise ValidationError("There are no answers to try again from yet.")
+    Generation.objects.filter(pk=previous.pk).update(
+        try_again={
+            "rewards": {str(candidate_id): reward for candidate_id, reward in rewards.items()},
+            "reasons": reasons,
+            "comment": comment,
+            "reviewer": reviewer,
+        }
+    )
+    return generation_regenerate(item_id=item_id)

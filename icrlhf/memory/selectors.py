@@ -319,3 +319,30 @@ def _preferred(queue: Queue) -> QuerySet[Example]:
 def preferred_count(*, queue: Queue) -> int:
     """How many preferred examples the queue's memory holds for retrieval."""
     return _preferred(queue).count()
+
+
+# Rejected answers shown beside each retrieved example when the queue sends rewards: enough
+# to show what scored low, few enough to leave the budget to the examples themselves.
+MAX_RIVALS = 2
+
+
+def examples_rivals(*, examples: list[Example]) -> dict[uuid.UUID, list[Example]]:
+    """Each example's rivals: the other answers its decision stored for the same request (the
+    rejected ones, still active), lowest reward first, each text once and none equal to the
+    example's own. An agent's step, learnt from an application's reward, has none."""
+    by_decision: dict[int | None, Example] = {
+        e.decision_id: e for e in examples if e.decision_id is not None
+    }
+    decision_ids = [decision_id for decision_id in by_decision if decision_id is not None]
+    rivals: dict[uuid.UUID, list[Example]] = {e.pk: [] for e in examples}
+    rejected = Example.objects.filter(
+        decision_id__in=decision_ids,
+        role=Example.Role.REJECTED,
+        status=Example.Status.ACTIVE,
+    ).order_by("reward", "created_at")
+    for rival in rejected:
+        example = by_decision[rival.decision_id]
+        texts = {example.output_text.strip(), *(r.output_text.strip() for r in rivals[example.pk])}
+        if len(rivals[example.pk]) < MAX_RIVALS and rival.output_text.strip() not in texts:
+            rivals[example.pk].append(rival)
+    return rivals

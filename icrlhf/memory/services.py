@@ -14,6 +14,13 @@ logger = logging.getLogger(__name__)
 
 PREFERRED_REWARD = 1.0
 REJECTED_REWARD = 0.0
+# A reviewer's optional rating of a candidate, 1 (worst) … 5 (best).
+RATINGS = range(1, 6)
+
+
+def rating_reward(rating: int) -> float:
+    """A rating as a reward on memory's scale: 1 → 0.0, 3 → 0.5, 5 → 1.0."""
+    return (rating - RATINGS.start) / (RATINGS.stop - 1 - RATINGS.start)
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,8 @@ class ExampleDraft:
     output_text: str
     # An agent's step: the action's tool calls (output_text then renders them too).
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    # Its reward when the reviewer gave one (a rating, a "try again"); else its role's.
+    reward: float | None = None
 
 
 def examples_record(
@@ -37,8 +46,9 @@ def examples_record(
     conversation: Sequence[dict[str, Any]] = (),
     call_options: dict[str, Any] | None = None,
 ) -> list[Example]:
-    """Store what a decision teaches as rewarded examples (preferred 1.0, rejected 0.0) and
-    index them once the decision commits. Must run inside the decision's transaction.
+    """Store what a decision teaches as rewarded examples (preferred 1.0, rejected 0.0, or
+    the reward the reviewer gave a draft) and index them once the decision commits. Must run
+    inside the decision's transaction.
 
     A step made with tools (an agent's, captured from the gateway) keeps its signature and
     its turns: the caller's conversation, then the action."""
@@ -56,7 +66,7 @@ def examples_record(
             candidate_id=draft.candidate_id,
             input_text=input_text,
             output_text=signatures.action_text(draft.output_text, draft.tool_calls),
-            reward=reward,
+            reward=reward if draft.reward is None else draft.reward,
             role=role,
             tool_names=names,
             output_format=output_format,

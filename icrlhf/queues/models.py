@@ -55,6 +55,15 @@ class Queue(models.Model):
         help_text="Examples are other customers' requests and answers. As turns, a user who "
         "asks the model to repeat the conversation may receive them.",
     )
+    example_rewards = models.BooleanField(
+        "rewards beside examples",
+        default=False,
+        help_text="Each retrieved example is sent with its reward (0 rejected … 1 preferred; a "
+        "reviewer's rating or the application's reward where there is one), together with "
+        "the answers its reviewer rejected for the same request and theirs, so that the model "
+        "sees what scored low as well as what scored high (in-context RL, 'Reward is "
+        "Enough'). The learning benchmark measures it (README).",
+    )
     min_similarity = models.FloatField(
         "minimum similarity",
         default=DEFAULT_MIN_SIMILARITY,

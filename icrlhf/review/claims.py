@@ -10,10 +10,13 @@ from django.db import transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.kinds import kind_of
+from icrlhf.memory.services import rating_reward
 from icrlhf.queues.models import Item, Queue
+from icrlhf.review.judgements import comment_check, ratings_check, reasons_check
 from icrlhf.review.models import Claim, Decision
 
 # How many of the oldest open items "next item" tries before saying the queue is empty.
@@ -162,6 +165,30 @@ def item_regenerate(*, item_id: int, reviewer: User) -> Generation:
             "This item was applied automatically; undo that first, then regenerate."
         )
     return generation_services.generation_regenerate(item_id=item_id)
+
+
+@transaction.atomic
+def item_try_again(
+    *, item_id: int, reviewer: User, ratings: dict[int, int], reasons: list[str], comment: str
+) -> Generation:
+    """A new round with this one's answers and their rewards in its prompt, under the same
+    claim rule as regenerating. `ratings` (1…5, optional) are checked like a decision's."""
+    item = item_lock(item_id)
+    _refuse_if_held(item, reviewer, "tried again")
+    if item.automations.filter(undone_at__isnull=True).exists():
+        raise ValidationError("This item was applied automatically; undo that first.")
+    generation = generation_selectors.generation_latest(item=item)
+    if generation is not None:
+        ratings_check(ratings, generation=generation)
+    reasons_check(reasons, queue=item.queue)
+    comment_check(comment)
+    return generation_services.generation_try_again(
+        item_id=item_id,
+        rewards={candidate: rating_reward(rating) for candidate, rating in ratings.items()},
+        reasons=list(dict.fromkeys(reasons)),
+        comment=comment.strip(),
+        reviewer=reviewer.get_username(),
+    )
 
 
 @transaction.atomic

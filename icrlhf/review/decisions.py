@@ -32,9 +32,8 @@ from icrlhf.review.claims import (
     reviewable,
     standing_decisions,
 )
+from icrlhf.review.judgements import comment_check, ratings_check, reasons_check
 from icrlhf.review.models import Automation, Claim, Decision
-
-MAX_COMMENT_CHARS = 5_000
 
 
 @transaction.atomic
@@ -51,8 +50,10 @@ def decision_record(
     corrections: dict[str, str] | None = None,
     shown_candidate_ids: Sequence[int] | None = None,
     tool_calls: list[dict[str, Any]] | None = None,
+    ratings: dict[int, int] | None = None,
 ) -> Decision:
     """Record a reviewer's verdict on the item's latest generation, with its examples.
+    `ratings`: the reviewer's optional 1…5 per candidate, stored as their examples' rewards.
     `tool_calls`: the picked candidate's calls as the reviewer's editor has them (checked
     against their tools' schemas, review/tool_edits.py); an edit when they differ.
 
@@ -119,12 +120,9 @@ def decision_record(
     if edited_calls and tool_calls is not None:
         verdict, final_tool_calls = Decision.Verdict.EDITED, tool_calls
         final_text = action_text("", tool_calls)
-    if len(comment) > MAX_COMMENT_CHARS:
-        raise ValidationError(f"The comment is longer than {MAX_COMMENT_CHARS:,} characters.")
-    allowed_tags = set(item.queue.reason_tags)
-    unknown = [tag for tag in reason_tags if tag not in allowed_tags]
-    if unknown:
-        raise ValidationError(f"Unknown reason: {', '.join(unknown)}.")
+    comment_check(comment)
+    reasons_check(list(reason_tags), queue=item.queue)
+    ratings_check(ratings or {}, generation=generation)
 
     try:
         with transaction.atomic():
@@ -139,6 +137,7 @@ def decision_record(
                 final_tool_calls=final_tool_calls,
                 reason_tags=list(dict.fromkeys(reason_tags)),
                 comment=comment.strip(),
+                ratings={str(candidate): rating for candidate, rating in (ratings or {}).items()},
                 guideline_version=item.queue.guidelines_version,
                 time_to_decide_ms=time_to_decide_ms,
             )
@@ -207,12 +206,22 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
 def _memory_teach(decision: Decision) -> None:
     """What a decision teaches the memory: its final answer is preferred (unless none was
     acceptable); every other finished candidate is rejected, including one an edit started
-    from. Each candidate is remembered in its kind's form (a triage as its fields)."""
+    from. Each candidate is remembered in its kind's form (a triage as its fields), with its
+    rating as its reward where the reviewer gave one."""
+    rewards = {
+        int(candidate): memory_services.rating_reward(rating)
+        for candidate, rating in decision.ratings.items()
+    }
     preferred = None
     if decision.verdict != Decision.Verdict.NONE_ACCEPTABLE:
         chosen = decision.chosen_candidate
         preferred = ExampleDraft(
-            candidate_id=decision.chosen_candidate_id, output_text=decision.final_text
+            candidate_id=decision.chosen_candidate_id,
+            output_text=decision.final_text,
+            # A pick's rating is its reward; an edit is the reviewer's own answer (1.0).
+            reward=rewards.get(chosen.pk)
+            if chosen is not None and decision.verdict == Decision.Verdict.CHOSEN
+            else None,
         )
         if chosen is not None and chosen.tool_calls and decision.verdict == Decision.Verdict.CHOSEN:
             preferred = replace(preferred, output_text=chosen.text, tool_calls=chosen.tool_calls)
@@ -233,12 +242,38 @@ def _memory_teach(decision: Decision) -> None:
                 candidate_id=candidate.pk,
                 output_text=kind.example_text(text=candidate.text, fields=candidate.fields),
                 tool_calls=candidate.tool_calls,
+                reward=rewards.get(candidate.pk),
             )
             for candidate in rejected
-        ],
+        ]
+        + _tried_again(decision),
         conversation=decision.item.conversation,
         call_options=decision.item.call_options,
     )
+
+
+def _tried_again(decision: Decision) -> list[ExampleDraft]:
+    """The answers of the item's earlier rounds that a reviewer sent back with "try again":
+    rejected, with the reward they were given, except one the decision kept as its answer."""
+    kind = kind_of(decision.item.queue)
+    kept = decision.final_text.strip()
+    drafts = []
+    for generation in decision.item.generations.filter(
+        try_again__isnull=False, created_at__lt=decision.generation.created_at
+    ):
+        rewards = (generation.try_again or {}).get("rewards", {})
+        for candidate in generation.candidates.filter(status=Candidate.Status.DONE):
+            text = kind.example_text(text=candidate.text, fields=candidate.fields)
+            if text.strip() and text.strip() != kept:
+                drafts.append(
+                    ExampleDraft(
+                        candidate_id=candidate.pk,
+                        output_text=text,
+                        tool_calls=candidate.tool_calls,
+                        reward=float(rewards.get(str(candidate.pk), 0.0)),
+                    )
+                )
+    return drafts
 
 
 def _memory_credit(decision: Decision, *, undo: bool = False) -> None:

@@ -1,3 +1,4 @@
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -5,11 +6,12 @@ from typing import Any, cast
 from django import forms
 from django.http import QueryDict
 
-from icrlhf.review.decisions import MAX_COMMENT_CHARS
+from icrlhf.review.judgements import MAX_COMMENT_CHARS
 
 # A decision "shown" longer ago than this did not take that long: the time is not recorded.
 _MAX_DECIDE_MS = 24 * 3600 * 1000
 _TRIAGE_FIELDS = ("category", "priority", "reply")
+_RATING_FIELD = re.compile(r"^rating_(\d{1,18})$")
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class DecisionInput:
     corrections: dict[str, str] = field(default_factory=dict)
     # The candidates the reviewer's page showed, by id, in its order (None: not sent).
     shown_candidate_ids: list[int] | None = None
+    ratings: dict[int, int] = field(default_factory=dict)  # candidate id: 1…5
 
 
 class DecisionForm(forms.Form):
@@ -60,7 +63,39 @@ class DecisionForm(forms.Form):
                 if data["shown_candidates"]
                 else None
             ),
+            ratings=data["ratings"],
         )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        cleaned["ratings"] = ratings_of(self.data)
+        return cleaned
+
+
+class TryAgainForm(forms.Form):
+    """ "Try again": the round's ratings (rating_<id>), reasons and comment, as a decision
+    posts them; no pick."""
+
+    comment = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        cleaned["ratings"] = ratings_of(self.data)
+        cleaned["reason_tags"] = cast(QueryDict, self.data).getlist("reason_tags")
+        return cleaned
+
+
+def ratings_of(data: Any) -> dict[int, int]:
+    """The optional ratings a page posted as rating_<candidate id>=1…5 (empty: not rated);
+    the service checks the range and the candidates."""
+    ratings = {}
+    for key, value in data.items():
+        matched = _RATING_FIELD.match(key)
+        if matched and str(value).strip():
+            if not str(value).strip().isdigit():
+                raise forms.ValidationError("A rating is a whole number from 1 to 5.")
+            ratings[int(matched.group(1))] = int(value)
+    return ratings
 
 
 def _lines(text: str) -> str:

@@ -47,6 +47,9 @@ class Decision(models.Model):
     )
     reason_tags = models.JSONField(default=list, blank=True)
     comment = models.TextField(blank=True)
+    # The reviewer's optional ratings, {candidate id: 1…5}: each rated candidate's example is
+    # stored with its rating as its reward (1 → 0.0 … 5 → 1.0) instead of 1.0 or 0.0.
+    ratings = models.JSONField(default=dict, blank=True)
     guideline_version = models.PositiveIntegerField()
     time_to_decide_ms = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

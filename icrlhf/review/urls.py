@@ -15,5 +15,6 @@ urlpatterns = [
     path("decisions/<int:decision_id>/undo/", views.undo, name="undo"),
     path("automations/<int:automation_id>/undo/", views.automation_undo, name="automation_undo"),
     path("items/<int:item_id>/regenerate/", views.item_regenerate, name="item_regenerate"),
+    path("items/<int:item_id>/try-again/", views.item_try_again, name="item_try_again"),
     path("candidates/<int:candidate_id>/retry/", views.candidate_retry, name="candidate_retry"),
 ]

@@ -24,8 +24,8 @@ from icrlhf.queues.models import Item, Queue
 from icrlhf.review import automation as review_automation
 from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
-from icrlhf.review import live, selectors, tool_edits
-from icrlhf.review.forms import DecisionForm
+from icrlhf.review import judgements, live, selectors, tool_edits
+from icrlhf.review.forms import DecisionForm, TryAgainForm
 from icrlhf.review.models import Automation, Decision
 
 # A decision said to take longer than a day comes from a stale page: its time is not recorded.
@@ -130,6 +130,8 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "other_categories": sorted(set(item.queue.categories) - set(likely), key=str.lower),
         "generation": generation,
         "candidates": candidates,
+        # Rounds a reviewer sent back with "try again" before this one.
+        "tried_again": item.generations.filter(try_again__isnull=False).count(),
         # Polling goes on until nothing can change without the reviewer (the ranking's order
         # included), so that the page always shows what a reload would.
         "polling": generation is not None
@@ -179,7 +181,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         and not decisions
         and (my_claim is not None or len(claims) == 0),
         "shown_at_ms": int(time.time() * 1000),
-        "comment_max_chars": review_decisions.MAX_COMMENT_CHARS,
+        "comment_max_chars": judgements.MAX_COMMENT_CHARS,
         "undo_window_s": settings.REVIEW_UNDO_WINDOW_S,
         **_undo_offer(request),
         "claim_renew_ms": max(5, settings.REVIEW_CLAIM_TTL_S // 3) * 1000,
@@ -224,7 +226,7 @@ def claim_renew(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     return render(request, "review/_claim.html", {"expires_at": expires_at, "item": item})
 
 
-def _form_problem(form: DecisionForm) -> str:
+def _form_problem(form: DecisionForm | TryAgainForm) -> str:
     """The real reason a decision was refused, in a sentence."""
     if "choice" in form.errors:
         return "Choose a candidate or “none acceptable”; nothing was saved."
@@ -232,6 +234,7 @@ def _form_problem(form: DecisionForm) -> str:
         "comment": "Comment",
         "shown_at_ms": "Time shown",
         "shown_candidates": "Candidates shown",
+        "__all__": "Ratings",
     }
     reasons = " ".join(
         f"{labels.get(name, name)}: {' '.join(str(error) for error in errors)}"
@@ -265,6 +268,7 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
             corrections=submitted.corrections,
             shown_candidate_ids=submitted.shown_candidate_ids,
             tool_calls=tool_calls,
+            ratings=submitted.ratings,
         )
     except ValidationError as error:
         messages.error(request, " ".join(error.messages))
@@ -342,6 +346,30 @@ def item_regenerate(request: HttpRequest, item_id: int) -> HttpResponse:
         item,
         lambda reviewer: review_claims.item_regenerate(item_id=item.pk, reviewer=reviewer),
         done="Generating a new set of candidates.",
+    )
+
+
+@require_POST
+def item_try_again(request: HttpRequest, item_id: int) -> HttpResponse:
+    """A new round with this one's answers and the reviewer's ratings as earlier attempts."""
+    item = get_object_or_404(Item, pk=item_id)
+    form = TryAgainForm(request.POST)
+    if not form.is_valid():
+        review_check(request.user, queue_for_member(request.user, pk=item.queue_id))
+        messages.error(request, _form_problem(form))
+        return redirect("review:item", item_id=item.pk)
+    return _regeneration(
+        request,
+        item,
+        lambda reviewer: review_claims.item_try_again(
+            item_id=item.pk,
+            reviewer=reviewer,
+            ratings=form.cleaned_data["ratings"],
+            reasons=form.cleaned_data["reason_tags"],
+            comment=form.cleaned_data["comment"].replace("\r\n", "\n"),
+        ),
+        done="Trying again: the new candidates are written with these answers and their "
+        "rewards in view.",
     )
 
 

@@ -111,7 +111,8 @@
   function saveDraft() {
     const f = form();
     if (!f || !draftKey) return;
-    const draft = { choice: null, edits: {}, tags: [], comment: "", triage: {} };
+    const draft = { choice: null, edits: {}, tags: [], comment: "", triage: {}, ratings: {} };
+    f.querySelectorAll(".rating select").forEach(function (r) { if (r.value) draft.ratings[r.name] = r.value; });
     f.querySelectorAll("[name^=triage_]").forEach(function (input) { draft.triage[input.name] = input.value; });
     const picked = f.querySelector("input[name=choice]:checked");
     if (picked) draft.choice = picked.value;
@@ -143,6 +144,10 @@
     });
     const comment = f.querySelector("#comment");
     if (comment && draft.comment) comment.value = draft.comment;
+    Object.keys(draft.ratings || {}).forEach(function (name) {
+      const r = f.querySelector(".rating select[name='" + CSS.escape(name) + "']");
+      if (r) r.value = draft.ratings[name];
+    });
     Object.keys(draft.triage || {}).forEach(function (name) {
       const input = f.querySelector("[name='" + CSS.escape(name) + "']");
       if (input) input.value = draft.triage[name];
@@ -426,6 +431,35 @@
     renderDiff(t);
     saveDraft();
   }
+  // Ratings: "r" picks the candidate to rate (the focused one, else the picked one), the next
+  // digit rates it.
+  let ratingCard = null;
+  function startRating() {
+    const f = form();
+    if (!f) return;
+    let card = document.activeElement && document.activeElement.closest ? document.activeElement.closest("article.candidate") : null;
+    const picked = f.querySelector("input[name=choice]:checked");
+    if (!card && picked && picked.value !== "none") card = picked.closest("article.candidate");
+    if (!card || !card.querySelector(".rating select")) {
+      hint("Pick or focus a candidate first (its number), then r and 1–5 rates it.");
+      return;
+    }
+    ratingCard = card;
+    hint("Rate candidate " + card.dataset.label + ": 1 (worst) to 5 (best), 0 clears.");
+  }
+  function rate(card, value) {
+    const select = card.querySelector(".rating select");
+    if (!select) return;
+    select.value = value === "0" ? "" : value;
+    hint(value === "0" ? "Candidate " + card.dataset.label + " is not rated."
+      : "Candidate " + card.dataset.label + " rated " + value + " of 5.");
+    saveDraft();
+  }
+  function tryAgain() {
+    const f = form();
+    const button = document.getElementById("try-again");
+    if (f && button) f.requestSubmit(button);
+  }
   function submitForm(id) {
     const target = document.getElementById(id);
     if (target) target.requestSubmit();
@@ -447,6 +481,13 @@
     // An open dialog has the keyboard (the shortcut list closes again with "?").
     const dialog = document.querySelector("dialog[open]");
     if (dialog && !(dialog.id === "keymap" && event.key === "?")) return;
+    if (ratingCard) {  // "r" was pressed: this key rates (0 clears), any other ends it
+      const card = ratingCard;
+      ratingCard = null;
+      if (/^[0-5]$/.test(event.key)) { event.preventDefault(); rate(card, event.key); return; }
+    }
+    if (event.key === "r") { event.preventDefault(); startRating(); return; }
+    if (event.key === "t") { event.preventDefault(); tryAgain(); return; }
     if (event.shiftKey && /^Digit[1-9]$/.test(event.code)) { event.preventDefault(); toggleReason(Number(event.code.slice(5))); }
     else if (/^[1-8]$/.test(event.key)) { event.preventDefault(); pick(event.key); }
     else if (event.key === "e") { event.preventDefault(); editPicked(); }
@@ -468,6 +509,11 @@
   document.addEventListener("submit", function (event) {
     const f = form();
     if (!f || event.target !== f) return;
+    // "Try again" needs no pick: the whole round goes back with its ratings.
+    if (event.submitter && event.submitter.id === "try-again") {
+      if (!candidatesAgree(f)) event.preventDefault();
+      return;
+    }
     if (!f.querySelector("input[name=choice]:checked")) {
       event.preventDefault();
       hint("Pick a candidate first (its number, or x for none acceptable); nothing was submitted.");

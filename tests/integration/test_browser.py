@@ -126,6 +126,36 @@ def test_none_acceptable_and_skip(live_server: Any, page: Page, reviewer: Any) -
     expect(skipped.get_by_role("link", name=f"Item {second.pk}")).to_be_visible()
 
 
+def test_rate_candidates_and_try_again_with_the_keyboard(
+    live_server: Any, page: Page, reviewer: Any
+) -> None:
+    queue = QueueFactory(members=[reviewer], reason_tags=["wrong facts"])
+    (item,) = ready_items(queue, 1)
+    first, second = item.generations.get().candidates.order_by("position")
+    log_in(page, live_server.url, reviewer.username)
+    start_reviewing(page, live_server.url, queue)
+
+    page.keyboard.press("r")  # nothing picked or focused yet: it says why
+    expect(page.get_by_text("Pick or focus a candidate first")).to_be_visible()
+    page.keyboard.press("2")
+    page.keyboard.press("r")
+    page.keyboard.press("4")
+    expect(page.get_by_text("Candidate 2 rated 4 of 5.")).to_be_visible()
+    expect(page.locator(f"select[name=rating_{second.pk}]")).to_have_value("4")
+    page.keyboard.press("1")
+    page.keyboard.press("r")
+    page.keyboard.press("2")
+    page.keyboard.press("Shift+Digit1")
+    with page.expect_navigation():
+        page.keyboard.press("t")
+    expect(page.get_by_text("Trying again")).to_be_visible()
+    tried = item.generations.order_by("created_at").first()
+    assert tried is not None and tried.try_again is not None
+    assert tried.try_again["rewards"] == {str(first.pk): 0.25, str(second.pk): 0.75}
+    assert tried.try_again["reasons"] == ["wrong facts"]
+    assert item.generations.count() == 2 and not Decision.objects.exists()
+
+
 def test_two_browsers_never_hold_the_same_item(
     live_server: Any, browser: Browser, reviewer: Any
 ) -> None:

@@ -54,16 +54,19 @@ def test_a_timeout_reads_as_a_sentence_and_its_raw_text_is_for_admins(
 
 
 def test_a_retrying_candidate_says_which_retry_and_when(
-    queue: Any, logged_in: Client, settings: Any
+    queue: Any, logged_in: Client, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.LLM_MAX_RETRIES = 3
+    # The clock stands still while the page renders: a loaded machine must not turn 8 s into 7.
+    frozen = timezone.now()
     item, _ = running_generation(
         queue,
         status=Candidate.Status.PENDING,
         attempts=2,
         error=f"Retrying: {TIMEOUT_ERROR}",
-        retry_at=timezone.now() + timedelta(seconds=7.5),
+        retry_at=frozen + timedelta(seconds=7.5),
     )
+    monkeypatch.setattr(timezone, "now", lambda: frozen)
     page = logged_in.get(f"/items/{item.pk}/").content.decode()
     assert "The model did not answer within 60 s; retrying (2 of 3) in 8 s." in page
     assert "retrying, " in page  # the generation's state
@@ -71,7 +74,7 @@ def test_a_retrying_candidate_says_which_retry_and_when(
 
 
 def test_a_queued_generation_says_how_many_are_ahead_and_how_long_it_has_waited(
-    queue: Any, logged_in: Client
+    queue: Any, logged_in: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     earlier = GenerationFactory(item=ItemFactory(queue=queue), status=Generation.Status.RUNNING)
     Generation.objects.filter(pk=earlier.pk).update(
@@ -80,9 +83,9 @@ def test_a_queued_generation_says_how_many_are_ahead_and_how_long_it_has_waited(
     item = ItemFactory(queue=queue, status="generating")
     generation = GenerationFactory(item=item, n_candidates=1, status=Generation.Status.PENDING)
     CandidateFactory(generation=generation, status=Candidate.Status.PENDING, text="")
-    Generation.objects.filter(pk=generation.pk).update(
-        created_at=timezone.now() - timedelta(seconds=12)
-    )
+    frozen = timezone.now()  # the clock stands still while the page renders
+    Generation.objects.filter(pk=generation.pk).update(created_at=frozen - timedelta(seconds=12))
+    monkeypatch.setattr(timezone, "now", lambda: frozen)
     page = logged_in.get(f"/items/{item.pk}/").content.decode()
     assert "queued, 1 ahead, 12 s so far" in page
     assert "Queued for the model." in page

@@ -99,6 +99,23 @@ class Command(WorldCommand):
             default=Queue.ExampleFraming.REFERENCE,
             help="How examples are sent: quoted reference material, or earlier turns.",
         )
+        parser.add_argument(
+            "--example-rewards",
+            action="store_true",
+            help="The queue sends each example's reward, with its rejected rivals and theirs.",
+        )
+        parser.add_argument(
+            "--ratings",
+            action="store_true",
+            help="The simulated reviewer also rates every candidate 1-5 (5 right, 3 a label "
+            "sharing a word with the right one, 1 otherwise): the examples' rewards.",
+        )
+        parser.add_argument(
+            "--try-again",
+            action="store_true",
+            help="At the largest size, try again on the held-out messages no candidate got "
+            "right, against generating them afresh.",
+        )
         parser.add_argument("--out", default=str(settings.VAR_DIR / "bench" / "learning"))
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -139,11 +156,14 @@ class Command(WorldCommand):
             )
         for size in sizes:
             self._confidence_report(size, result["sizes"][str(size)])
+        self._try_again_report(result["sizes"][str(sizes[-1])])
         self._sweep_report(result)
         self.stdout.write(
             f"{result['test']} held-out messages (95% Wilson intervals), {result['candidates']} "
             f"candidates ({result['memory_candidates']} from memory at most), temperature "
-            f"{result['temperature']}, seed {result['seed']}, {result['minutes']} min"
+            f"{result['temperature']}, seed {result['seed']}, rewards beside examples "
+            f"{'on' if result['example_rewards'] else 'off'}, ratings "
+            f"{'on' if result['ratings'] else 'off'}, {result['minutes']} min"
         )
         out.mkdir(parents=True, exist_ok=True)
         (out / "learning.json").write_text(json.dumps(result, indent=2, sort_keys=True))
@@ -153,6 +173,17 @@ class Command(WorldCommand):
         if largest.get("curve"):
             (out / "confidence.svg").write_text(confidence_curve_svg(sizes[-1], largest))
             self.stdout.write(f"Precision and coverage: {out / 'confidence.svg'}")
+
+    def _try_again_report(self, row: dict[str, Any]) -> None:
+        if row.get("try_again_recovered") is None:
+            return
+        self.stdout.write(
+            f"Missed by every candidate, then tried again: "
+            f"{_rate_cell(row, 'try_again_recovered')} recovered, against "
+            f"{_rate_cell(row, 'regenerate_recovered')} generated afresh; the LLM's own "
+            f"candidates right: {_rate_cell(row, 'try_again_llm_right')} against "
+            f"{_rate_cell(row, 'regenerate_llm_right')}."
+        )
 
     def _sweep_report(self, result: dict[str, Any]) -> None:
         """Each swept minimum similarity at each swept size, and the default it chooses."""
