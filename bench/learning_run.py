@@ -12,6 +12,7 @@ from django.contrib.auth.models import User
 
 from bench.learning import (
     OFF_TOPIC,
+    TARGET_PRECISION,
     Counts,
     Labelled,
     banking77_split,
@@ -22,7 +23,8 @@ from bench.learning import (
     significance,
     summarise,
 )
-from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.calibration import precision_coverage
+from icrlhf.generation.models import Calibration, Candidate, Generation
 from icrlhf.generation.pipeline import MEMORY_NEIGHBOURS
 from icrlhf.generation.prompts import PromptExample, messages_build
 from icrlhf.generation.ranking import calibration_latest
@@ -256,6 +258,28 @@ def _recovery(bench: Bench, missed: list[tuple[Item, Labelled]]) -> Counts:
     return counts
 
 
+def _recommended(calibration: Calibration | None, evaluation: Evaluation) -> dict[str, Any]:
+    """The threshold the queue's routing page recommends for 95% precision (null when it
+    recommends none) and the precision the held-out messages then get above it."""
+    recommendation = next(
+        (
+            r
+            for r in (calibration.recommendations if calibration else [])
+            if r["target"] == TARGET_PRECISION
+        ),
+        None,
+    )
+    threshold = recommendation["threshold"] if recommendation else None
+    if threshold is None:
+        return {"recommended_threshold": None, "recommended_precision_heldout": None}
+    (point,) = precision_coverage(evaluation.confidences, evaluation.first_right, [threshold])
+    return {
+        "recommended_threshold": threshold,
+        "recommended_precision_heldout": point.precision,
+        "recommended_coverage_heldout": point.coverage,
+    }
+
+
 def _latest_candidates(item: Item) -> list[Candidate]:
     generation = item.generations.order_by("-created_at").first()
     assert generation is not None
@@ -369,6 +393,7 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
             # which they never are here.
             counts_by_size[size].update(_recovery(bench, evaluation.missed))
         extra_by_size[size] = {
+            **_recommended(calibration, evaluation),
             "llm_calls_saved": evaluation.llm_calls_saved,
             **confidence_summary(
                 evaluation.confidences,

@@ -57,6 +57,7 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
             # Logged before a call's last message was kept with the others.
             conversation = [*conversation, {"role": "user", "content": call.request_text}]
         served = Served(
+            reward=_reward_given(call) if call.capture == Call.Capture.LOW_REWARD else None,
             text=call.answer_text if not call.tool_calls else "",
             tool_calls=call.tool_calls,
             model=call.model,
@@ -87,6 +88,21 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
         call.item = item
         call.save(update_fields=["item"])
         return item
+
+
+def _reward_given(call: Call) -> float | None:
+    """The reward the application gave a low-reward call's step: its own, else its run's (a
+    run reported failed without one: 0.0)."""
+    step_reward, run_reward, outcome = (
+        Call.objects.filter(pk=call.pk)
+        .values_list("step__reward", "step__trajectory__reward", "step__trajectory__outcome")
+        .get()
+    )
+    if step_reward is not None:
+        return float(step_reward)
+    if run_reward is not None:
+        return float(run_reward)
+    return 0.0 if outcome == "failed" else None
 
 
 def captures_lost() -> list[uuid.UUID]:

@@ -2,10 +2,13 @@
 a confidence against what reviewers then did (reliability, ECE, precision and coverage).
 Pure functions: the review app gathers the decided items, the benchmark its own."""
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from scipy.stats import beta, norm
 
 # An L2 penalty keeps the fit finite when a feature separates the answers perfectly (a queue
 # whose memory answers were always accepted, say).
@@ -76,6 +79,7 @@ class Point:
     precision: float | None  # None: nothing reaches this threshold
     coverage: float
     items: int
+    precision_low: float = 0.0  # its one-sided lower confidence bound (GUARANTEE_LEVEL)
 
 
 def precision_coverage(
@@ -92,6 +96,7 @@ def precision_coverage(
                 precision=sum(above) / len(above) if above else None,
                 coverage=len(above) / len(confidences) if confidences else 0.0,
                 items=len(above),
+                precision_low=precision_lower_bound(sum(above), len(above)),
             )
         )
     return points
@@ -111,3 +116,87 @@ def coverage_at_precision(
         if last_of_its_value and right / count >= precision:
             best, threshold = count / len(ranked), confidence
     return best, threshold
+
+
+# A precision promised to a curator is promised with this confidence (one-sided).
+GUARANTEE_LEVEL = 0.95
+
+
+def precision_lower_bound(right: int, items: int, level: float = GUARANTEE_LEVEL) -> float:
+    """The one-sided Clopper–Pearson lower bound on a precision of `right` of `items`: the
+    lowest true precision under which seeing this many right or more has a chance of at least
+    1 − level. Exact (it never promises more than the data show, however few the items),
+    where the Wilson bound can overshoot near 100% with few items."""
+    return float(_lower_bounds(np.array([right]), np.array([items]), level)[0])
+
+
+def _lower_bounds(
+    right: np.ndarray[Any, Any], items: np.ndarray[Any, Any], level: float
+) -> np.ndarray[Any, Any]:
+    # The beta quantile is the binomial tail inverted; nothing right promises nothing.
+    safe = np.maximum(right, 1)
+    bounds = beta.ppf(1.0 - level, safe, np.maximum(items - safe + 1, 1))
+    return np.where((right > 0) & (items > 0), bounds, 0.0)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The threshold a curator can set for a target precision, with its evidence; or, when
+    none can be promised yet, how many more items above a threshold would do it."""
+
+    target: float
+    threshold: float | None  # None: nothing can be promised yet
+    items: int  # items at or above it (at the most promising threshold when None)
+    precision: float | None
+    bound: float  # the lower confidence bound on that precision
+    more_items_needed: int | None  # None with a threshold; also when no rate reaches the target
+
+
+def threshold_recommend(
+    confidences: Sequence[float], hits: Sequence[bool], target: float, min_items: int
+) -> Recommendation:
+    """The lowest threshold at which the lower confidence bound on precision reaches `target`
+    with at least `min_items` items at or above it. Every confidence seen is a candidate
+    threshold (items tied at one confidence are taken together). With none, the most
+    convincing threshold so far and about how many more items above it would do."""
+    ranked = sorted(zip(confidences, hits, strict=True), key=lambda pair: -pair[0])
+    if not ranked:
+        return Recommendation(target, None, 0, None, 0.0, None)
+    values = np.array([c for c, _ in ranked])
+    right = np.cumsum([h for _, h in ranked])
+    items = np.arange(1, len(ranked) + 1)
+    # A threshold stops only after the last item of its value.
+    cuts = np.flatnonzero(np.append(values[1:] < values[:-1], True))
+    right, items, values = right[cuts], items[cuts], values[cuts]
+    bounds = _lower_bounds(right, items, GUARANTEE_LEVEL)
+    kept = np.flatnonzero((items >= min_items) & (bounds >= target))
+    if kept.size:
+        at = int(kept[-1])  # the lowest threshold: the cut with the most items
+        return Recommendation(
+            target,
+            float(values[at]),
+            int(items[at]),
+            float(right[at] / items[at]),
+            float(bounds[at]),
+            None,
+        )
+    at = int(np.argmax(bounds))
+    rate = float(right[at] / items[at])
+    return Recommendation(
+        target,
+        None,
+        int(items[at]),
+        rate,
+        float(bounds[at]),
+        _more_items_needed(rate, int(items[at]), target, min_items) if rate > target else None,
+    )
+
+
+def _more_items_needed(rate: float, items: int, target: float, min_items: int) -> int:
+    """About how many more items above the threshold, right at the observed rate, would
+    bring the lower bound to the target: the normal approximation, and never fewer than all
+    right would need (rate^n = 1 − level) or than `min_items`."""
+    z = float(norm.ppf(GUARANTEE_LEVEL))
+    approximate = z * z * rate * (1 - rate) / (rate - target) ** 2
+    all_right = math.log(1 - GUARANTEE_LEVEL) / math.log(target)
+    return max(0, math.ceil(max(approximate, all_right, min_items)) - items)

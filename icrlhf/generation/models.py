@@ -19,10 +19,14 @@ class Calibration(models.Model):
     candidates = models.PositiveIntegerField()
     accepted_share = models.FloatField(help_text="Share of those items whose top was accepted.")
     ece = models.FloatField(
-        null=True, help_text="Expected calibration error of the top candidate, out of fold."
+        null=True, help_text="Expected calibration error of the top candidate, forward."
     )
-    # Out of fold, for each threshold: the precision and the share of items it would automate.
+    # Forward (fitted on earlier decisions, measured on later ones), for each threshold: the
+    # precision with its lower confidence bound, and the share of items it would automate.
     curve = models.JSONField(default=list)
+    # For each target precision: the lowest threshold whose lower bound reaches it, or why
+    # none can be promised yet (calibration.Recommendation).
+    recommendations = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -109,6 +113,10 @@ class Candidate(models.Model):
     )
     # A captured gateway call: this candidate is exactly the answer the application got.
     served = models.BooleanField(default=False)
+    # The reward this answer had before review: the application's, for an answer it was served
+    # in a run it rewarded below the bar (a low-reward capture). The other candidates are
+    # written with it in view, as an earlier attempt.
+    reward = models.FloatField(null=True, blank=True)
     text = models.TextField(blank=True)
     # The action's tool calls, in OpenAI's shape (a captured or generated agent step).
     tool_calls = models.JSONField(default=list, blank=True)

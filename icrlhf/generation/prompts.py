@@ -132,7 +132,7 @@ def _attempts_block(attempts: Sequence[Attempt], feedback: str) -> str:
         f"<reward>{a.reward:.2f}</reward>\n</attempt>"
         for a in attempts
     ]
-    said = [f"The reviewer said: {_quoted(feedback)}"] if feedback.strip() else []
+    said = [f"Feedback on them: {_quoted(feedback)}"] if feedback.strip() else []
     return "\n\n".join([ATTEMPTS_PREAMBLE, *quoted, *said, EXPLORE_OR_EXPLOIT])
 
 

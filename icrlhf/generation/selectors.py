@@ -92,8 +92,10 @@ class Attempts:
 
 
 def attempts_earlier(*, item: Item, before: Generation) -> Attempts:
-    """The answers of the item's rounds that a reviewer sent back with "try again", before
-    `before`: each text once (its latest reward), the latest MAX_ATTEMPTS."""
+    """The answers already rewarded when `before` is generated: those of the item's earlier
+    rounds that a reviewer sent back with "try again", and the answer the application was
+    served and rewarded low (a low-reward capture, in this round). Each text once (its latest
+    reward), the latest MAX_ATTEMPTS."""
     rounds = item.generations.filter(created_at__lt=before.created_at, try_again__isnull=False)
     rewards: dict[str, float] = {}
     said: list[str] = []
@@ -110,5 +112,16 @@ def attempts_earlier(*, item: Item, before: Generation) -> Attempts:
         reasons = ", ".join(verdict.get("reasons", []))
         comment = str(verdict.get("comment", "")).strip()
         said.append(" — ".join(part for part in (reasons, comment) if part))
+    served = (
+        before.candidates.filter(served=True, reward__isnull=False)
+        .values_list("text", "tool_calls", "reward")
+        .first()
+    )
+    if served is not None:
+        text, tool_calls, reward = served
+        given = float(reward or 0.0)
+        rewards.pop(action_text(text, tool_calls).strip(), None)
+        rewards[action_text(text, tool_calls).strip()] = given
+        said.append(f"the application rewarded the answer it was served {given:.2f}")
     attempts = [Attempt(text, reward) for text, reward in rewards.items()][-MAX_ATTEMPTS:]
     return Attempts(attempts=attempts, feedback="; ".join(s for s in said if s))

@@ -33,6 +33,7 @@ class Served:
     latency_ms: int | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    reward: float | None = None  # the application's reward for it, where it gave one
 
 
 @transaction.atomic
@@ -124,6 +125,7 @@ def _served_of(candidate: Candidate) -> Served:
         latency_ms=candidate.latency_ms,
         prompt_tokens=candidate.prompt_tokens,
         completion_tokens=candidate.completion_tokens,
+        reward=candidate.reward,
     )
 
 
@@ -146,6 +148,7 @@ def _served_fill(candidate: Candidate, *, served: Served, queue: Queue) -> None:
         latency_ms=served.latency_ms,
         prompt_tokens=served.prompt_tokens,
         completion_tokens=served.completion_tokens,
+        reward=served.reward,
         started_at=now,
         finished_at=now,
     )

@@ -2,7 +2,7 @@
 candidate when it was generated, and whether the reviewer then accepted it as it was."""
 
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from icrlhf.generation import calibration as fitting
 from icrlhf.generation.models import Calibration, Candidate
@@ -28,6 +28,11 @@ MIN_EACH_OUTCOME = 5
 REFIT_EVERY = 10
 FOLDS = 5
 CURVE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99)
+# The precisions the routing page recommends a threshold for, and the fewest items that must
+# stand at or above a recommended threshold (the bound needs more near 100%: 59 all right
+# for 95%).
+TARGET_PRECISIONS = (0.9, 0.95, 0.98, 0.99)
+MIN_ITEMS_ABOVE = 30
 
 
 @dataclass(frozen=True)
@@ -101,14 +106,22 @@ def _top(sample: Sample, coefficients: list[float]) -> tuple[float, bool]:
     )
 
 
+def forward_blocks(count: int) -> list[tuple[int, int]]:
+    """Forward chaining: `count` items in the order they were decided, cut into FOLDS + 1
+    blocks; each block after the first, (start, end), is predicted by a fit on every item
+    before `start`, as production predicts new items from the decisions made so far.
+    Interleaved folds would let later decisions (a larger memory) into the fit."""
+    edges = [round(count * index / (FOLDS + 1)) for index in range(FOLDS + 2)]
+    return [(edges[index], edges[index + 1]) for index in range(1, FOLDS + 1)]
+
+
 def out_of_fold(samples: list[Sample]) -> list[tuple[float, bool]]:
-    """Each item's top score from a ranking fitted without it (k-fold by item): how the
-    ranking will do on items it has not seen."""
+    """The top score of each item after the first block, from a ranking fitted on the items
+    decided before its block: how the ranking will do on items it has not seen."""
     tops = []
-    for fold in range(FOLDS):
-        train = [s for i, s in enumerate(samples) if i % FOLDS != fold]
-        held = [s for i, s in enumerate(samples) if i % FOLDS == fold]
-        tops += [_top(sample, _fit(train)) for sample in held]
+    for start, end in forward_blocks(len(samples)):
+        coefficients = _fit(samples[:start])
+        tops += [_top(sample, coefficients) for sample in samples[start:end]]
     return tops
 
 
@@ -121,15 +134,15 @@ def _platt(tops: list[tuple[float, bool]]) -> list[float]:
     return fitting.logistic_fit(rows, [hit for _, hit in tops] + [True, False])
 
 
-def _confidences_out_of_fold(tops: list[tuple[float, bool]]) -> list[float]:
-    """Each item's confidence from a confidence fit that did not see it: what the ECE and the
-    curve are computed on, so that they say how the confidence does on new items."""
-    confidences = [0.0] * len(tops)
-    for fold in range(FOLDS):
-        coefficients = _platt([t for i, t in enumerate(tops) if i % FOLDS != fold])
-        for i in range(fold, len(tops), FOLDS):
-            confidences[i] = confidence(tops[i][0], coefficients)
-    return confidences
+def _confidences_forward(tops: list[tuple[float, bool]]) -> list[tuple[float, bool]]:
+    """Each top's confidence from a confidence fit on the tops before its block (forward
+    again), with whether it was accepted: what the ECE and the curve are computed on, so that
+    they say how the confidence does on items decided later. The first block has none."""
+    scored = []
+    for start, end in forward_blocks(len(tops)):
+        coefficients = _platt(tops[:start])
+        scored += [(confidence(value, coefficients), hit) for value, hit in tops[start:end]]
+    return scored
 
 
 def calibration_fit(*, queue: Queue) -> Calibration | None:
@@ -144,14 +157,17 @@ def calibration_fit(*, queue: Queue) -> Calibration | None:
     if len(samples) < MIN_ITEMS:
         return None
     tops = out_of_fold(samples)
-    prior_tops = [_top(sample, list(PRIOR_COEFFICIENTS)) for sample in samples]
+    # The prior, judged on the same (later) items.
+    predicted = samples[len(samples) - len(tops) :]
+    prior_tops = [_top(sample, list(PRIOR_COEFFICIENTS)) for sample in predicted]
     coefficients = _fit(samples)
     if sum(hit for _, hit in prior_tops) > sum(hit for _, hit in tops):
         tops, coefficients = prior_tops, list(PRIOR_COEFFICIENTS)
     hits = [hit for _, hit in tops]
     if min(sum(hits), len(hits) - sum(hits)) < MIN_EACH_OUTCOME:
         return None
-    confidences = _confidences_out_of_fold(tops)
+    scored = _confidences_forward(tops)
+    confidences, later_hits = [c for c, _ in scored], [hit for _, hit in scored]
     return Calibration.objects.create(
         queue=queue,
         features=list(FEATURES),
@@ -160,15 +176,14 @@ def calibration_fit(*, queue: Queue) -> Calibration | None:
         items=len(samples),
         candidates=sum(len(s.accepted) for s in samples),
         accepted_share=sum(hits) / len(hits),
-        ece=fitting.expected_calibration_error(confidences, hits),
+        ece=fitting.expected_calibration_error(confidences, later_hits),
         curve=[
-            {
-                "threshold": p.threshold,
-                "precision": p.precision,
-                "coverage": p.coverage,
-                "items": p.items,
-            }
-            for p in fitting.precision_coverage(confidences, hits, CURVE_THRESHOLDS)
+            asdict(point)
+            for point in fitting.precision_coverage(confidences, later_hits, CURVE_THRESHOLDS)
+        ],
+        recommendations=[
+            asdict(fitting.threshold_recommend(confidences, later_hits, target, MIN_ITEMS_ABOVE))
+            for target in TARGET_PRECISIONS
         ],
     )
 

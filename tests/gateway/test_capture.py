@@ -16,7 +16,7 @@ from icrlhf.gateway import capture, services
 from icrlhf.gateway import tasks as gateway_tasks
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
-from icrlhf.generation import recovery
+from icrlhf.generation import pipeline, recovery
 from icrlhf.generation import tasks as generation_tasks
 from icrlhf.generation.models import Candidate
 from icrlhf.ingest.services import token_create
@@ -215,6 +215,19 @@ def test_the_steps_of_a_run_rewarded_below_the_bar_go_to_review(llm_answer: LLMA
     gateway_tasks.captures_sweep()
     assert Call.objects.get(pk=worked[1].pk).capture == Call.Capture.LOW_REWARD
     assert Call.objects.get(pk=worked[0].pk).item is None
+    # The other candidates are written with the served answer and its reward in view, as an
+    # earlier attempt (a run reported failed without a reward: 0.0).
+    assert second.generations.get().candidates.get(served=True).reward == 0.0
+    low = Item.objects.get(calls=worked[1].pk).generations.get()
+    assert low.candidates.get(served=True).reward == 0.1
+    pipeline.generation_prepare(generation_id=low.pk)
+    low.refresh_from_db()
+    system = low.messages[0]["content"]
+    assert (
+        "<attempt>\n<response>\nLet me look into that for you.\n</response>\n"
+        "<reward>0.10</reward>\n</attempt>"
+    ) in system
+    assert "Feedback on them: the application rewarded the answer it was served 0.10" in system
     queue.capture_low_reward = False
     queue.save()
     other = run_through(client, "run-other", ["My card is bent."])

@@ -203,12 +203,50 @@ def test_the_curator_picks_the_automation_threshold_from_the_queues_own_curve() 
         ece=0.031,
         curve=[
             {"threshold": 0.8, "precision": 0.93, "coverage": 0.71, "items": 85},
-            {"threshold": 0.9, "precision": 0.97, "coverage": 0.58, "items": 70},
+            {
+                "threshold": 0.9,
+                "precision": 0.97,
+                "coverage": 0.58,
+                "items": 70,
+                "precision_low": 0.9118,
+            },
+        ],
+        recommendations=[
+            {
+                "target": 0.9,
+                "threshold": 0.884,
+                "items": 74,
+                "precision": 0.9595,
+                "bound": 0.9013,
+                "more_items_needed": None,
+            },
+            {
+                "target": 0.95,
+                "threshold": None,
+                "items": 70,
+                "precision": 0.9714,
+                "bound": 0.9118,
+                "more_items_needed": 41,
+            },
+            {
+                "target": 0.99,
+                "threshold": None,
+                "items": 70,
+                "precision": 0.9714,
+                "bound": 0.9118,
+                "more_items_needed": None,
+            },
         ],
     )
     shown = page.get(f"/q/{queue.slug}/routing/").content.decode()
     assert "From this queue’s 120 decided items" in shown or "From this queue's 120" in shown
     assert '<th scope="row">0.90' in shown and "97%" in shown and "58%" in shown
+    # The bound beside each precision ("–" for a curve kept before bounds were), and the
+    # recommendation for each target, or how far the queue is from one.
+    assert "<td>91.2%</td>" in shown and "<td>–</td>" in shown
+    assert "set <strong>0.884</strong>" in shown and "at least 90.1% with 95% confidence" in shown
+    assert "nothing can be promised yet" in shown and "about 41 more decided items" in shown
+    assert "no threshold is that precise" in shown
 
     response = page.post(
         f"/q/{queue.slug}/routing/", {**RULES, "auto_apply_threshold": "0.9", "audit_percent": "5"}

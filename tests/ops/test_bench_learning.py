@@ -22,6 +22,10 @@ def test_a_small_learning_curve_rises_with_stored_decisions(tmp_path: Path) -> N
         "--candidates=3",
         "--memory-candidates=2",
         "--sweep=-1,0.5",
+        # In-context RL: rewards beside examples, ratings as rewards, and "try again" rounds.
+        "--example-rewards",
+        "--ratings",
+        "--try-again",
         f"--out={tmp_path}",
         "--json",
         stdout=out,
@@ -43,6 +47,12 @@ def test_a_small_learning_curve_rises_with_stored_decisions(tmp_path: Path) -> N
     assert "calibrated_n" in learned
     assert empty["no_retrieval"] == learned["no_retrieval"]  # measured once
     assert set(result["significance"]) == {"0→40"}
+    # What the best-of-N missed is tried again at the largest size, against generating it
+    # afresh: both over the same messages, one round each.
+    assert result["example_rewards"] is True and result["ratings"] is True
+    assert learned["try_again_recovered_n"] == learned["regenerate_recovered_n"] > 0
+    assert learned["try_again_llm_right_n"] > 0
+    assert any(line.startswith("Missed by every candidate, then tried again: ") for line in lines)
     assert json.loads((tmp_path / "learning.json").read_text())["sizes"] == result["sizes"]
     assert (tmp_path / "learning.svg").read_text().startswith("<svg")
     assert any(line.startswith("     40 |") for line in lines)  # the printed table

@@ -82,7 +82,9 @@ def test_the_fit_gives_a_confidence_that_matches_what_reviewers_did(queue: Any) 
     assert calibration is not None
     assert (calibration.items, calibration.candidates) == (200, 400)
     assert calibration.accepted_share == pytest.approx(0.8, abs=0.07)
-    assert calibration.ece is not None and calibration.ece < 0.1
+    # Measured forward, the early blocks are judged by fits on few items: noisier than
+    # interleaved folds were, and honest about it.
+    assert calibration.ece is not None and calibration.ece < 0.12
     assert calibration.coefficients[1 + FEATURES.index("vote")] > 0
     at_half = next(p for p in calibration.curve if p["threshold"] == 0.5)
     assert at_half["coverage"] > 0.9 and at_half["precision"] == pytest.approx(0.8, abs=0.08)
@@ -119,3 +121,60 @@ def test_the_periodic_refit_waits_for_enough_new_decisions(queue: Any) -> None:
     decided(queue, rng, right_first=0.7)
     assert calibrations.calibrations_refit() == [queue.pk]
     assert Calibration.objects.filter(queue=queue).count() == 2
+
+
+def test_the_bound_on_precision_is_the_exact_clopper_pearson_one() -> None:
+    from icrlhf.generation.calibration import precision_lower_bound
+
+    # Textbook values: 95 of 100 right is at least 89.8% with 95% confidence; 59 of 59 is
+    # the fewest all-right items that prove 95%; nothing right proves nothing.
+    assert precision_lower_bound(95, 100) == pytest.approx(0.8977, abs=1e-4)
+    assert precision_lower_bound(59, 59) >= 0.95 > precision_lower_bound(58, 58)
+    assert precision_lower_bound(0, 10) == 0.0 and precision_lower_bound(0, 0) == 0.0
+
+
+def test_a_threshold_is_recommended_only_where_its_bound_reaches_the_target() -> None:
+    from icrlhf.generation.calibration import threshold_recommend
+
+    rng = random.Random(8)
+    confidences = [rng.random() for _ in range(2000)]
+    # Right with probability 0.6 + 0.4 × confidence: 95% is reached only near the top.
+    hits = [rng.random() < 0.6 + 0.4 * c for c in confidences]
+    found = threshold_recommend(confidences, hits, 0.95, 30)
+    assert found.threshold is not None and found.more_items_needed is None
+    assert found.bound >= 0.95 and found.items >= 30
+    above = [h for c, h in zip(confidences, hits, strict=True) if c >= found.threshold]
+    assert (len(above), sum(above) / len(above)) == (found.items, found.precision)
+    # The lowest such threshold: one item lower, the bound falls short.
+    below = max(c for c in confidences if c < found.threshold)
+    wider = [h for c, h in zip(confidences, hits, strict=True) if c >= below]
+    from icrlhf.generation.calibration import precision_lower_bound
+
+    assert precision_lower_bound(sum(wider), len(wider)) < 0.95
+
+    # The same rate on a tenth of the items promises nothing yet, and says how far it is.
+    few = threshold_recommend(confidences[:60], hits[:60], 0.95, 30)
+    assert few.threshold is None and few.more_items_needed is not None
+    assert few.more_items_needed > 0
+    # A queue never that precise is told so, with no count to wait for.
+    never = threshold_recommend(confidences, [c > 2 for c in confidences], 0.9, 30)
+    assert never.threshold is None and never.more_items_needed is None
+
+
+def test_validation_moves_forward_in_time(queue: Any) -> None:
+    """Each block is judged by a fit on the decisions before it, never on later ones."""
+    assert calibrations.forward_blocks(30) == [(5, 10), (10, 15), (15, 20), (20, 25), (25, 30)]
+    rng = random.Random(9)
+    for _ in range(120):
+        decided(queue, rng, right_first=0.8)
+    calibration = calibrations.calibration_fit(queue=queue)
+    assert calibration is not None
+    assert [r["target"] for r in calibration.recommendations] == list(
+        calibrations.TARGET_PRECISIONS
+    )
+    for point in calibration.curve:
+        if point["precision"] is not None:
+            assert point["precision_low"] <= point["precision"]
+    # Judged forward: the first of the six blocks has no fit before it, so the curve is
+    # measured on the 100 later items only.
+    assert max(point["items"] for point in calibration.curve) <= 100

@@ -125,7 +125,7 @@ def test_try_again_writes_the_next_round_with_the_attempts_and_their_rewards(
     system = round_two.messages[0]["content"]
     assert "<attempt>\n<response>\nShips Monday.\n</response>\n<reward>0.50</reward>" in system
     assert "<attempt>\n<response>\nShips never.\n</response>\n<reward>0.00</reward>" in system
-    assert "The reviewer said: wrong facts — The real date." in system
+    assert "Feedback on them: wrong facts — The real date." in system
     assert system.endswith(EXPLORE_OR_EXPLOIT)
     assert round_two.messages[-1] == {"role": "user", "content": "When does my card ship?"}
 
