@@ -31,7 +31,7 @@ from icrlhf.generation.ranking import calibration_latest
 from icrlhf.generation.services import item_create
 from icrlhf.integrations import llm
 from icrlhf.memory.models import Example
-from icrlhf.memory.selectors import examples_recall_anywhere
+from icrlhf.memory.selectors import examples_recall_anywhere, examples_rivals
 from icrlhf.ops.stack import wait_until
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.calibrations import calibration_fit
@@ -306,7 +306,7 @@ def _random_examples(bench: Bench, rows: list[Labelled], rng: random.Random) -> 
             system_prompt=bench.queue.system_prompt,
             guidelines="",
             guidelines_version=1,
-            examples=[PromptExample(e.input_text, e.output_text) for e in shown],
+            examples=_as_sent(bench, shown),
             request=row.text,
             framing=bench.queue.example_framing,
         )
@@ -320,6 +320,14 @@ def _random_examples(bench: Bench, rows: list[Labelled], rng: random.Random) -> 
             answer = ""
         hits += label_of(answer, bench.labels) == row.label
     return hits, len(rows)
+
+
+def _as_sent(bench: Bench, examples: list[Example]) -> list[PromptExample]:
+    """Examples as the queue sends them: with rewards and rivals when it puts them beside."""
+    if not bench.queue.example_rewards:
+        return [PromptExample.of(e) for e in examples]
+    rivals = examples_rivals(examples=examples)
+    return [PromptExample.of(e, rewarded=True, rivals=rivals[e.pk]) for e in examples]
 
 
 def _off_topic(bench: Bench) -> tuple[int, int]:

@@ -91,18 +91,17 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
 
 
 def _reward_given(call: Call) -> float | None:
-    """The reward the application gave a low-reward call's step: its own, else its run's (a
-    run reported failed without one: 0.0)."""
+    """The reward that sent a low-reward call to review: the lower of its step's own and its
+    run's (a run reported failed without one: 0.0)."""
     step_reward, run_reward, outcome = (
         Call.objects.filter(pk=call.pk)
         .values_list("step__reward", "step__trajectory__reward", "step__trajectory__outcome")
         .get()
     )
-    if step_reward is not None:
-        return float(step_reward)
-    if run_reward is not None:
-        return float(run_reward)
-    return 0.0 if outcome == "failed" else None
+    known = [float(r) for r in (step_reward, run_reward) if r is not None]
+    if outcome == "failed" and run_reward is None:
+        known.append(0.0)
+    return min(known) if known else None
 
 
 def captures_lost() -> list[uuid.UUID]:

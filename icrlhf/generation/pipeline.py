@@ -113,7 +113,9 @@ def generation_prepare(*, generation_id: int) -> list[int]:
     retrieved = recall.examples
     retrieval_ms = int((time.monotonic() - started) * 1000)
 
-    earlier = selectors.attempts_earlier(item=item, before=generation)
+    earlier = selectors.attempts_earlier(
+        item=item, before=generation, token_budget=queue.example_token_budget
+    )
     messages = messages_build(
         instructions=kind_of(queue).instructions(queue),
         system_prompt=system_prompt,
@@ -159,7 +161,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
                     "text", flat=True
                 )
             }
-            | {attempt.text for attempt in earlier.attempts},
+            | earlier.sent_back,
         )
         candidate_ids = [c.pk for c in pending[answered:]]
         priority = fair_priority(generation_id=generation_id, queue_id=queue.pk)

@@ -6,6 +6,7 @@ from django.db.models import QuerySet
 
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.prompts import Attempt, PromptExample
+from icrlhf.integrations import llm
 from icrlhf.memory import selectors as memory_selectors
 from icrlhf.memory.models import Example, Retrieval
 from icrlhf.memory.selectors import RetrievedExample
@@ -83,34 +84,57 @@ def prompt_examples(*, queue: Queue, retrieved: Sequence[RetrievedExample]) -> l
 
 
 @dataclass(frozen=True)
-class Attempts:
-    """A "try again" round's context: the item's earlier answers with their rewards, oldest
-    first, and what the reviewers said about them."""
+class SentBack:
+    """An answer a reviewer sent back with "try again", with the reward it was given."""
 
-    attempts: list[Attempt]
-    feedback: str
+    candidate: Candidate
+    action: str  # its words and tool calls as one text: what tells two answers apart
+    reward: float
 
 
-def attempts_earlier(*, item: Item, before: Generation) -> Attempts:
-    """The answers already rewarded when `before` is generated: those of the item's earlier
-    rounds that a reviewer sent back with "try again", and the answer the application was
-    served and rewarded low (a low-reward capture, in this round). Each text once (its latest
-    reward), the latest MAX_ATTEMPTS."""
-    rounds = item.generations.filter(created_at__lt=before.created_at, try_again__isnull=False)
-    rewards: dict[str, float] = {}
-    said: list[str] = []
-    for generation in rounds.order_by("created_at"):
-        verdict = generation.try_again or {}
-        given = verdict.get("rewards", {})
+def answers_sent_back(*, item: Item, before: Generation) -> list[SentBack]:
+    """The answers of the item's rounds before `before` that a reviewer sent back with "try
+    again", oldest first: each answer once, where and with the reward of its latest round."""
+    latest: dict[str, SentBack] = {}
+    rounds = item.generations.filter(pk__lt=before.pk, try_again__isnull=False).order_by("pk")
+    for generation in rounds:
+        given = (generation.try_again or {}).get("rewards", {})
         for candidate in generation.candidates.filter(status=Candidate.Status.DONE).order_by(
             "position"
         ):
-            text = action_text(candidate.text, candidate.tool_calls).strip()
-            if text:
-                rewards.pop(text, None)  # re-inserted: the latest round orders it
-                rewards[text] = float(given.get(str(candidate.pk), 0.0))
-        reasons = ", ".join(verdict.get("reasons", []))
-        comment = str(verdict.get("comment", "")).strip()
+            action = action_text(candidate.text, candidate.tool_calls).strip()
+            if action:
+                latest.pop(action, None)  # re-inserted: its latest round places it
+                reward = float(given.get(str(candidate.pk), 0.0))
+                latest[action] = SentBack(candidate, action, reward)
+    return list(latest.values())
+
+
+@dataclass(frozen=True)
+class Attempts:
+    """A round's context of earlier attempts: the answers already rewarded, oldest first, as
+    many of the latest as the prompt's budget takes, and what was said about them; and every
+    answer sent back (none is offered again from memory)."""
+
+    attempts: list[Attempt]
+    feedback: str
+    sent_back: frozenset[str]
+
+
+def attempts_earlier(*, item: Item, before: Generation, token_budget: int) -> Attempts:
+    """The answers already rewarded when `before` is generated: those a reviewer sent back
+    with "try again" (their ratings as rewards), and the answer the application was served
+    and rewarded low (a low-reward capture, in this round) unless a reviewer rated it since."""
+    sent_back = answers_sent_back(item=item, before=before)
+    rewarded = [(s.action, s.reward) for s in sent_back]
+    said = []
+    for verdict in (
+        item.generations.filter(pk__lt=before.pk, try_again__isnull=False)
+        .order_by("pk")
+        .values_list("try_again", flat=True)
+    ):
+        reasons = ", ".join((verdict or {}).get("reasons", []))
+        comment = str((verdict or {}).get("comment", "")).strip()
         said.append(" — ".join(part for part in (reasons, comment) if part))
     served = (
         before.candidates.filter(served=True, reward__isnull=False)
@@ -119,9 +143,22 @@ def attempts_earlier(*, item: Item, before: Generation) -> Attempts:
     )
     if served is not None:
         text, tool_calls, reward = served
-        given = float(reward or 0.0)
-        rewards.pop(action_text(text, tool_calls).strip(), None)
-        rewards[action_text(text, tool_calls).strip()] = given
-        said.append(f"the application rewarded the answer it was served {given:.2f}")
-    attempts = [Attempt(text, reward) for text, reward in rewards.items()][-MAX_ATTEMPTS:]
-    return Attempts(attempts=attempts, feedback="; ".join(s for s in said if s))
+        action = action_text(text, tool_calls).strip()
+        if action and action not in {a for a, _ in rewarded}:
+            rewarded.append((action, float(reward or 0.0)))
+            said.append(
+                f"the application rewarded the answer it was served {float(reward or 0.0):.2f}"
+            )
+    # The latest attempts that fit the budget (an attempt is never cut).
+    kept: list[Attempt] = []
+    used = 0
+    for action, reward in reversed(rewarded[-MAX_ATTEMPTS:]):
+        used += llm.count_tokens(action)
+        if used > token_budget:
+            break
+        kept.insert(0, Attempt(action, reward))
+    return Attempts(
+        attempts=kept,
+        feedback="; ".join(s for s in said if s),
+        sent_back=frozenset(s.action for s in sent_back),
+    )

@@ -339,7 +339,7 @@ def examples_rivals(*, examples: list[Example]) -> dict[uuid.UUID, list[Example]
         decision_id__in=decision_ids,
         role=Example.Role.REJECTED,
         status=Example.Status.ACTIVE,
-    ).order_by("reward", "created_at")
+    ).order_by("reward", "created_at", "candidate_id")
     for rival in rejected:
         example = by_decision[rival.decision_id]
         texts = {example.output_text.strip(), *(r.output_text.strip() for r in rivals[example.pk])}

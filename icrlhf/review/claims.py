@@ -1,6 +1,7 @@
 """Who works on which item: claims with a lease, the next item for a reviewer, and the claim
 rule that regenerating or retrying follows. Decisions are `decisions.py`."""
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -35,6 +36,20 @@ def item_lock(item_id: int) -> Item:
     """Serializes claims and decisions on one item (a no-op on SQLite, whose write
     transactions are serialized already)."""
     return Item.objects.select_for_update().select_related("queue").get(pk=item_id)
+
+
+def shown_check(shown_candidate_ids: Sequence[int] | None, *, generation: Generation) -> None:
+    """A page's decision stands on the candidates it showed: the generation's, each once (not
+    checked when the page did not say). Else nothing is saved."""
+    if shown_candidate_ids is None:
+        return
+    stored = set(generation.candidates.values_list("pk", flat=True))
+    shown = list(shown_candidate_ids)
+    if len(shown) != len(set(shown)) or set(shown) != stored:
+        raise DecisionConflict(
+            "Your page did not show this item's candidates as they are stored, so nothing "
+            "was saved. Here they are as they are now: please decide again."
+        )
 
 
 def standing_decisions(item: Item) -> QuerySet[Decision]:
@@ -169,16 +184,24 @@ def item_regenerate(*, item_id: int, reviewer: User) -> Generation:
 
 @transaction.atomic
 def item_try_again(
-    *, item_id: int, reviewer: User, ratings: dict[int, int], reasons: list[str], comment: str
+    *,
+    item_id: int,
+    reviewer: User,
+    ratings: dict[int, int],
+    reasons: list[str],
+    comment: str,
+    shown_candidate_ids: Sequence[int] | None = None,
 ) -> Generation:
     """A new round with this one's answers and their rewards in its prompt, under the same
-    claim rule as regenerating. `ratings` (1…5, optional) are checked like a decision's."""
+    claim rule as regenerating. `ratings` (1…5, optional) are checked like a decision's, and
+    the round sent back must be the one the page showed."""
     item = item_lock(item_id)
     _refuse_if_held(item, reviewer, "tried again")
     if item.automations.filter(undone_at__isnull=True).exists():
         raise ValidationError("This item was applied automatically; undo that first.")
     generation = generation_selectors.generation_latest(item=item)
     if generation is not None:
+        shown_check(shown_candidate_ids, generation=generation)
         ratings_check(ratings, generation=generation)
     reasons_check(reasons, queue=item.queue)
     comment_check(comment)

@@ -30,9 +30,15 @@ from icrlhf.review.claims import (
     free_slots,
     item_lock,
     reviewable,
+    shown_check,
     standing_decisions,
 )
-from icrlhf.review.judgements import comment_check, ratings_check, reasons_check
+from icrlhf.review.judgements import (
+    comment_check,
+    pick_agrees_check,
+    ratings_check,
+    reasons_check,
+)
 from icrlhf.review.models import Automation, Claim, Decision
 
 
@@ -67,14 +73,7 @@ def decision_record(
     generation = generation_selectors.generation_latest(item=item)
     if generation is None:
         raise DecisionConflict("This item has no candidates to decide on yet.")
-    if shown_candidate_ids is not None:
-        stored = set(generation.candidates.values_list("pk", flat=True))
-        shown = list(shown_candidate_ids)
-        if len(shown) != len(set(shown)) or set(shown) != stored:
-            raise DecisionConflict(
-                "Your page did not show this item's candidates as they are stored, so nothing "
-                "was saved. Here they are as they are now: please decide again."
-            )
+    shown_check(shown_candidate_ids, generation=generation)
     if not Item.objects.filter(pk=item.pk).filter(reviewable()).exists():
         if item.status == Item.Status.DECIDED:
             raise DecisionConflict("This item has already been decided; your choice was not saved.")
@@ -123,6 +122,8 @@ def decision_record(
     comment_check(comment)
     reasons_check(list(reason_tags), queue=item.queue)
     ratings_check(ratings or {}, generation=generation)
+    if verdict == Decision.Verdict.CHOSEN and chosen is not None:
+        pick_agrees_check(ratings or {}, chosen_id=chosen.pk)
 
     try:
         with transaction.atomic():
@@ -254,26 +255,30 @@ def _memory_teach(decision: Decision) -> None:
 
 def _tried_again(decision: Decision) -> list[ExampleDraft]:
     """The answers of the item's earlier rounds that a reviewer sent back with "try again":
-    rejected, with the reward they were given, except one the decision kept as its answer."""
+    rejected, each once, with the reward they were given; none that the decided round holds
+    or the decision kept (those are stored as the round's)."""
     kind = kind_of(decision.item.queue)
-    kept = decision.final_text.strip()
-    drafts = []
-    for generation in decision.item.generations.filter(
-        try_again__isnull=False, created_at__lt=decision.generation.created_at
-    ):
-        rewards = (generation.try_again or {}).get("rewards", {})
-        for candidate in generation.candidates.filter(status=Candidate.Status.DONE):
-            text = kind.example_text(text=candidate.text, fields=candidate.fields)
-            if text.strip() and text.strip() != kept:
-                drafts.append(
-                    ExampleDraft(
-                        candidate_id=candidate.pk,
-                        output_text=text,
-                        tool_calls=candidate.tool_calls,
-                        reward=float(rewards.get(str(candidate.pk), 0.0)),
-                    )
-                )
-    return drafts
+
+    def action(candidate: Candidate) -> str:
+        text = kind.example_text(text=candidate.text, fields=candidate.fields)
+        return action_text(text, candidate.tool_calls).strip()
+
+    decided_round = {
+        action(candidate)
+        for candidate in decision.generation.candidates.filter(status=Candidate.Status.DONE)
+    } | {decision.final_text.strip()}
+    return [
+        ExampleDraft(
+            candidate_id=sent.candidate.pk,
+            output_text=kind.example_text(text=sent.candidate.text, fields=sent.candidate.fields),
+            tool_calls=sent.candidate.tool_calls,
+            reward=sent.reward,
+        )
+        for sent in generation_selectors.answers_sent_back(
+            item=decision.item, before=decision.generation
+        )
+        if action(sent.candidate) not in decided_round
+    ]
 
 
 def _memory_credit(decision: Decision, *, undo: bool = False) -> None:

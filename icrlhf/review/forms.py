@@ -11,7 +11,9 @@ from icrlhf.review.judgements import MAX_COMMENT_CHARS
 # A decision "shown" longer ago than this did not take that long: the time is not recorded.
 _MAX_DECIDE_MS = 24 * 3600 * 1000
 _TRIAGE_FIELDS = ("category", "priority", "reply")
-_RATING_FIELD = re.compile(r"^rating_(\d{1,18})$")
+_SHOWN = r"^[0-9]{1,18}(,[0-9]{1,18}){0,63}$"
+_RATING_FIELD = re.compile(r"^rating_([0-9]{1,18})$")
+_RATING_VALUE = re.compile(r"^[0-9]{1,2}$")  # ASCII digits only: int() takes "²" and worse
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class DecisionForm(forms.Form):
     choice = forms.RegexField(regex=r"^(c\d+|none)$")
     comment = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS)
     shown_at_ms = forms.IntegerField(required=False, min_value=0)
-    shown_candidates = forms.RegexField(regex=r"^\d{1,18}(,\d{1,18}){0,63}$", required=False)
+    shown_candidates = forms.RegexField(regex=_SHOWN, required=False)
 
     def decision_input(self) -> DecisionInput:
         """Call after is_valid()."""
@@ -58,11 +60,7 @@ class DecisionForm(forms.Form):
             corrections={
                 key: _lines(self.data.get(f"triage_{key}", "")).strip() for key in _TRIAGE_FIELDS
             },
-            shown_candidate_ids=(
-                [int(pk) for pk in data["shown_candidates"].split(",")]
-                if data["shown_candidates"]
-                else None
-            ),
+            shown_candidate_ids=_shown_ids(data["shown_candidates"]),
             ratings=data["ratings"],
         )
 
@@ -77,11 +75,13 @@ class TryAgainForm(forms.Form):
     posts them; no pick."""
 
     comment = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS)
+    shown_candidates = forms.RegexField(regex=_SHOWN, required=False)
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
         cleaned["ratings"] = ratings_of(self.data)
         cleaned["reason_tags"] = cast(QueryDict, self.data).getlist("reason_tags")
+        cleaned["shown_candidate_ids"] = _shown_ids(cleaned.get("shown_candidates") or "")
         return cleaned
 
 
@@ -92,10 +92,15 @@ def ratings_of(data: Any) -> dict[int, int]:
     for key, value in data.items():
         matched = _RATING_FIELD.match(key)
         if matched and str(value).strip():
-            if not str(value).strip().isdigit():
+            if not _RATING_VALUE.match(str(value).strip()):
                 raise forms.ValidationError("A rating is a whole number from 1 to 5.")
             ratings[int(matched.group(1))] = int(value)
     return ratings
+
+
+def _shown_ids(shown: str) -> list[int] | None:
+    """The candidate ids a page says it showed, in its order (None: not sent)."""
+    return [int(pk) for pk in shown.split(",")] if shown else None
 
 
 def _lines(text: str) -> str:

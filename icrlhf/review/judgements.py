@@ -21,6 +21,17 @@ def ratings_check(ratings: dict[int, int], *, generation: Generation) -> None:
         raise ValidationError("A rating is for a candidate of this round that has an answer.")
 
 
+def pick_agrees_check(ratings: dict[int, int], *, chosen_id: int) -> None:
+    """A pick taken as it is cannot be rated below another candidate: its rating is the
+    reward of a preferred example, and memory would learn the contrary of the ratings."""
+    picked = ratings.get(chosen_id)
+    if picked is not None and any(rating > picked for rating in ratings.values()):
+        raise ValidationError(
+            "You rated another candidate higher than the one you picked: pick that one, or "
+            "change the ratings. Nothing was saved."
+        )
+
+
 def reasons_check(reasons: list[str], *, queue: Queue) -> None:
     unknown = [tag for tag in reasons if tag not in set(queue.reason_tags)]
     if unknown:

@@ -367,6 +367,7 @@ def item_try_again(request: HttpRequest, item_id: int) -> HttpResponse:
             ratings=form.cleaned_data["ratings"],
             reasons=form.cleaned_data["reason_tags"],
             comment=form.cleaned_data["comment"].replace("\r\n", "\n"),
+            shown_candidate_ids=form.cleaned_data["shown_candidate_ids"],
         ),
         done="Trying again: the new candidates are written with these answers and their "
         "rewards in view.",

@@ -36,6 +36,16 @@
   if (root.dataset.decided !== undefined) {
     try { localStorage.removeItem(draftKey); } catch (e) { /* storage off */ }
   }
+  // A draft is the round's (the key ends with its generation): a new round ("try again",
+  // regenerate) starts afresh, and the drafts of the item's earlier rounds go.
+  if (draftKey) {
+    const itemPrefix = draftKey.slice(0, draftKey.lastIndexOf(":") + 1);
+    try {
+      Object.keys(localStorage).forEach(function (key) {
+        if (key.indexOf(itemPrefix) === 0 && key !== draftKey) localStorage.removeItem(key);
+      });
+    } catch (e) { /* storage off */ }
+  }
 
   function form() { return document.getElementById("decision-form"); }
   // Keys typed into a form control are the control's (a select's type-ahead, a reply, a
@@ -432,8 +442,9 @@
     saveDraft();
   }
   // Ratings: "r" picks the candidate to rate (the focused one, else the picked one), the next
-  // digit rates it.
-  let ratingCard = null;
+  // digit rates it. The candidate is kept by id: a poll may move its rating to a new card.
+  const MODIFIERS = ["Shift", "CapsLock", "AltGraph", "Control", "Alt", "Meta"];
+  let ratingFor = null;
   function startRating() {
     const f = form();
     if (!f) return;
@@ -444,12 +455,13 @@
       hint("Pick or focus a candidate first (its number), then r and 1–5 rates it.");
       return;
     }
-    ratingCard = card;
+    ratingFor = card.dataset.candidateId;
     hint("Rate candidate " + card.dataset.label + ": 1 (worst) to 5 (best), 0 clears.");
   }
-  function rate(card, value) {
-    const select = card.querySelector(".rating select");
-    if (!select) return;
+  function rate(candidateId, value) {
+    const select = document.getElementById("rating-select-" + candidateId);
+    const card = select && select.closest("article.candidate");
+    if (!select || !card) { hint("That candidate is no longer on the page."); return; }
     select.value = value === "0" ? "" : value;
     hint(value === "0" ? "Candidate " + card.dataset.label + " is not rated."
       : "Candidate " + card.dataset.label + " rated " + value + " of 5.");
@@ -459,6 +471,11 @@
     const f = form();
     const button = document.getElementById("try-again");
     if (f && button) f.requestSubmit(button);
+  }
+  // Sending a round back leaves an edit behind: ask first, as regenerating does.
+  function editsPending(f) {
+    return Array.prototype.some.call(f.querySelectorAll("textarea[data-original]"),
+      function (t) { return t.value !== t.dataset.original; });
   }
   function submitForm(id) {
     const target = document.getElementById(id);
@@ -481,10 +498,12 @@
     // An open dialog has the keyboard (the shortcut list closes again with "?").
     const dialog = document.querySelector("dialog[open]");
     if (dialog && !(dialog.id === "keymap" && event.key === "?")) return;
-    if (ratingCard) {  // "r" was pressed: this key rates (0 clears), any other ends it
-      const card = ratingCard;
-      ratingCard = null;
-      if (/^[0-5]$/.test(event.key)) { event.preventDefault(); rate(card, event.key); return; }
+    // "r" was pressed: the next key rates (0 clears), any other ends it. A modifier alone
+    // (Shift for the digits of an AZERTY keyboard) waits for the key it modifies.
+    if (ratingFor && !MODIFIERS.includes(event.key)) {
+      const candidateId = ratingFor;
+      ratingFor = null;
+      if (/^[0-5]$/.test(event.key)) { event.preventDefault(); rate(candidateId, event.key); return; }
     }
     if (event.key === "r") { event.preventDefault(); startRating(); return; }
     if (event.key === "t") { event.preventDefault(); tryAgain(); return; }
@@ -511,6 +530,10 @@
     if (!f || event.target !== f) return;
     // "Try again" needs no pick: the whole round goes back with its ratings.
     if (event.submitter && event.submitter.id === "try-again") {
+      if (editsPending(f) && !window.confirm("Try again? Your edits here are not sent and are lost.")) {
+        event.preventDefault();
+        return;
+      }
       if (!candidatesAgree(f)) event.preventDefault();
       return;
     }

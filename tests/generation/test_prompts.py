@@ -165,4 +165,6 @@ def test_step_examples_keep_their_turns_and_say_their_rewards() -> None:
         request="Order 8?",
     )
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "user"]
-    assert "The rewards those steps earned (0.00 … 1.00): run 1: 0.80." in messages[0]["content"]
+    assert (
+        "The rewards those steps earned, higher is better: run 1: 0.80." in (messages[0]["content"])
+    )

@@ -86,6 +86,22 @@ def test_the_page_posts_ratings_and_a_bad_one_gets_a_sentence(
     )
     assert not Decision.objects.exists()
 
+    odd = logged_in.post(
+        f"/items/{item.pk}/decide/",
+        {"choice": f"c{first.pk}", f"rating_{first.pk}": "²"},  # a digit to str.isdigit()
+        follow=True,
+    )
+    assert odd.status_code == 200 and "A rating is a whole number" in odd.content.decode()
+    contrary = logged_in.post(
+        f"/items/{item.pk}/decide/",
+        {"choice": f"c{first.pk}", f"rating_{first.pk}": "2", f"rating_{second.pk}": "4"},
+        follow=True,
+    )
+    assert "You rated another candidate higher than the one you picked" in (
+        contrary.content.decode()
+    )
+    assert not Decision.objects.exists()
+
     logged_in.post(
         f"/items/{item.pk}/decide/",
         {"choice": f"c{first.pk}", f"rating_{first.pk}": "5", f"rating_{second.pk}": ""},
@@ -109,7 +125,7 @@ def test_try_again_writes_the_next_round_with_the_attempts_and_their_rewards(
         follow=True,
     )
     assert "Trying again" in response.content.decode()
-    assert "round 2, after 1 “try again”" in response.content.decode()
+    assert "round 2 (1 sent back with “try again”)" in response.content.decode()
     round_one.refresh_from_db()
     assert round_one.try_again == {
         "rewards": {str(monday.pk): 0.5},
@@ -139,6 +155,55 @@ def test_try_again_writes_the_next_round_with_the_attempts_and_their_rewards(
     assert ("preferred", 1.0, "Ships Friday.") in stored
     assert ("rejected", 0.5, "Ships Monday.") in stored
     assert ("rejected", 0.0, "Ships never.") in stored
+
+
+def test_a_stale_page_cannot_send_back_a_round_it_did_not_show(
+    queue: Any, logged_in: Client
+) -> None:
+    item = ItemFactory(queue=queue)
+    (shown,) = candidates_of(ready_generation(item, ["a"]))
+    newer = ready_generation(item, ["b"])  # regenerated since the page was loaded
+    response = logged_in.post(
+        f"/items/{item.pk}/try-again/", {"shown_candidates": str(shown.pk)}, follow=True
+    )
+    assert "Your page did not show this item" in response.content.decode()
+    newer.refresh_from_db()
+    assert newer.try_again is None and item.generations.count() == 2
+
+
+def test_an_answer_sent_back_twice_is_remembered_once_with_its_latest_reward(
+    queue: Any, user: Any
+) -> None:
+    from icrlhf.review.claims import item_try_again
+
+    item = ItemFactory(queue=queue)
+    for texts, ratings in ((["never", "monday"], (1, 3)), (["never", "friday"], (2, 1))):
+        generation = ready_generation(item, texts)
+        Generation.objects.filter(pk=generation.pk).update(status=Generation.Status.DONE)
+        Item.objects.filter(pk=item.pk).update(status=Item.Status.READY)
+        candidates = candidates_of(generation)
+        item_try_again(
+            item_id=item.pk,
+            reviewer=user,
+            ratings={c.pk: r for c, r in zip(candidates, ratings, strict=True)},
+            reasons=[],
+            comment="",
+        )
+        item.generations.order_by("-pk").first().delete()  # stand-in for the worker's round
+    last = ready_generation(item, ["friday", "tuesday"])
+    Item.objects.filter(pk=item.pk).update(status=Item.Status.READY)
+    decision_record(
+        item_id=item.pk,
+        reviewer=user,
+        verdict="chosen",
+        candidate_id=candidates_of(last)[1].pk,
+    )
+    assert rewards_stored(item) == [
+        ("preferred", 1.0, "tuesday"),
+        ("rejected", 0.0, "friday"),  # the decided round's, stored once
+        ("rejected", 0.25, "never"),  # its latest reward
+        ("rejected", 0.5, "monday"),
+    ]
 
 
 def test_try_again_is_for_the_queues_reviewers_only(queue: Any, user: Any) -> None:
