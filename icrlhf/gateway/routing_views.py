@@ -4,6 +4,8 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
 
 from icrlhf.gateway.forms import RoutingForm
 from icrlhf.generation.ranking import calibration_latest
@@ -11,6 +13,7 @@ from icrlhf.queues.access import can_curate, queue_for_member
 from icrlhf.queues.models import Queue
 from icrlhf.queues.selectors import captured_waiting
 from icrlhf.queues.services import routing_update
+from icrlhf.review import guard
 
 
 def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
@@ -38,8 +41,25 @@ def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
         ],
         "captured_waiting": captured_waiting(queue=queue),
         "calibration": calibration_latest(queue_id=queue.pk),
+        "watch": guard.watch(queue),
+        "pause": guard.pause_active(queue),
     }
     return render(request, "gateway/routing.html", context, status=400 if form.errors else 200)
+
+
+@require_POST
+def automation_resume(request: HttpRequest, slug: str) -> HttpResponse:
+    """A curator starts automation again after its audits paused it."""
+    queue = queue_for_member(request.user, slug=slug)
+    if not can_curate(request.user, queue):
+        raise PermissionDenied("Only the queue's curators and admins resume automation.")
+    if guard.automation_resume(queue=queue, actor=request.user) is None:  # type: ignore[arg-type]
+        messages.info(request, "Automation was not paused.")
+    else:
+        messages.success(
+            request, "Automation resumed: its audits are watched afresh from this moment."
+        )
+    return redirect(f"{reverse('gateway_web:routing', args=[queue.slug])}#automation")
 
 
 def _label(name: str) -> str:

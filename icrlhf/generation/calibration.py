@@ -130,6 +130,12 @@ def precision_lower_bound(right: int, items: int, level: float = GUARANTEE_LEVEL
     return float(_lower_bounds(np.array([right]), np.array([items]), level)[0])
 
 
+def precision_upper_bound(right: int, items: int, level: float = GUARANTEE_LEVEL) -> float:
+    """The one-sided Clopper–Pearson upper bound: the most the precision can be (1.0 with
+    no items)."""
+    return 1.0 - precision_lower_bound(items - right, items, level)
+
+
 def _lower_bounds(
     right: np.ndarray[Any, Any], items: np.ndarray[Any, Any], level: float
 ) -> np.ndarray[Any, Any]:

@@ -14,6 +14,7 @@ from icrlhf.insights.selectors import (
     queue_dashboard,
 )
 from icrlhf.queues.access import is_admin, queue_for_member, review_check
+from icrlhf.review import guard
 
 
 def _outcomes(windows: list[Window], x_title: str) -> str:
@@ -159,6 +160,7 @@ def queue_dashboard_page(request: HttpRequest, slug: str) -> HttpResponse:
         "board": board,
         "charts": safe,
         "relevant_similarity": RELEVANT_SIMILARITY,
+        "automation_pause": guard.pause_active(queue),
     }
     return render(request, "insights/dashboard.html", context)
 

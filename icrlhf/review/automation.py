@@ -1,6 +1,7 @@
 """Automation: above the queue's confidence threshold, an item's first candidate is applied
 without review (a triage written back to its ticket, the decision webhook sent), a sampled
-share goes to review all the same as an audit, and any of them can be undone."""
+share goes to review all the same as an audit, and any of them can be undone. The audits
+watch it: a broken promise pauses it (guard.py)."""
 
 import random
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.ranking import answer_key
 from icrlhf.kinds import kind_of
 from icrlhf.queues.models import Item, Queue
-from icrlhf.review import tasks
+from icrlhf.review import guard, tasks
 from icrlhf.review.claims import DecisionConflict, item_lock
 from icrlhf.review.models import Automation, Decision
 
@@ -28,6 +29,8 @@ def generation_consider(*, generation_id: int) -> Automation | None:
     queue = generation.item.queue
     if queue.auto_apply_threshold is None or generation.calibration_id is None:
         return None
+    if guard.pause_active(queue) is not None:
+        return None  # its audits broke the promise: the reviewers have it until resumed
     # The ranking gives its top candidate, and only it, a confidence.
     first = (
         generation.candidates.filter(status=Candidate.Status.DONE, confidence__isnull=False)
@@ -108,9 +111,13 @@ def automation_undo(*, automation_id: int, actor: User) -> Automation:
 def audit_record(*, decision: Decision) -> None:
     """A reviewer decided an item that was applied automatically (an audit): the decision
     now stands for it, and tells whether the automation was right."""
-    Automation.objects.filter(
+    audited = Automation.objects.filter(
         item_id=decision.item_id, undone_at__isnull=True, audit_decision__isnull=True
     ).update(audit_decision=decision)
+    if audited:
+        pause = guard.automation_check(queue_id=decision.item.queue_id)
+        if pause is not None and decision.item.queue.webhook_url:
+            transaction.on_commit(lambda: tasks.pause_webhook.delay(pause.pk), robust=True)
 
 
 def audit_withdraw(*, decision: Decision) -> None:

@@ -2,7 +2,7 @@ from django.conf import settings
 from django.db import models
 
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.queues.models import Item
+from icrlhf.queues.models import Item, Queue
 
 
 class DecisionQuerySet(models.QuerySet["Decision"]):
@@ -142,3 +142,34 @@ class Automation(models.Model):
 
     def __str__(self) -> str:
         return f"Automation of item {self.item_id} at {self.confidence:.0%}"
+
+
+class AutomationPause(models.Model):
+    """Automation paused for a queue by the test on its audits (review/guard.py): what the
+    audits showed, and the curator who resumed it."""
+
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="automation_pauses")
+    paused_at = models.DateTimeField(auto_now_add=True)
+    target = models.FloatField(help_text="The precision promised: the threshold then.")
+    audits = models.PositiveIntegerField()
+    agreed = models.PositiveIntegerField(help_text="Audits that kept what was applied.")
+    log_ratio = models.FloatField()
+    upper_bound = models.FloatField(help_text="The audited precision's 95% upper bound.")
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    resumed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-paused_at"]
+        constraints = [
+            # At most one pause stands per queue.
+            models.UniqueConstraint(
+                fields=["queue"],
+                condition=models.Q(resumed_at__isnull=True),
+                name="automation_pause_one_standing_per_queue",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Automation of {self.queue} paused at {self.paused_at:%Y-%m-%d %H:%M}"

@@ -3,7 +3,7 @@ from typing import Any
 from celery import shared_task
 
 from icrlhf.integrations.webhooks import WebhookTransientError
-from icrlhf.review import calibrations, decisions
+from icrlhf.review import calibrations, decisions, guard
 
 # The name predates the webhook's move to review and to every kind of queue: messages
 # already queued still find it.
@@ -26,6 +26,11 @@ def decision_webhook(decision_id: int, event: str = "") -> None:
 @shared_task(name="review.automation_webhook", **_WEBHOOK_RETRIES)
 def automation_webhook(automation_id: int, event: str) -> None:
     decisions.automation_webhook_send(automation_id=automation_id, event=event)
+
+
+@shared_task(name="review.pause_webhook", **_WEBHOOK_RETRIES)
+def pause_webhook(pause_id: int) -> None:
+    guard.pause_webhook_send(pause_id=pause_id)
 
 
 @shared_task(name="review.calibrations_refit")
