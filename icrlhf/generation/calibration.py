@@ -16,17 +16,23 @@ _L2 = 1.0
 _NEWTON_STEPS = 50
 
 
-def logistic_fit(rows: Sequence[Sequence[float]], accepted: Sequence[bool]) -> list[float]:
-    """Coefficients (intercept first) of a logistic regression, by Newton's method."""
+def logistic_fit(
+    rows: Sequence[Sequence[float]],
+    accepted: Sequence[bool],
+    weights: Sequence[float] | None = None,
+) -> list[float]:
+    """Coefficients (intercept first) of a logistic regression, by Newton's method; each row
+    counted `weights` times (default once)."""
     x = np.column_stack([np.ones(len(rows)), np.asarray(rows, dtype=float)])
     y = np.asarray(accepted, dtype=float)
+    counted = np.ones(len(rows)) if weights is None else np.asarray(weights, dtype=float)
     penalty = _L2 * np.eye(x.shape[1])
     penalty[0, 0] = 0.0  # the intercept is not shrunk
     w = np.zeros(x.shape[1])
     for _ in range(_NEWTON_STEPS):
         p = 1.0 / (1.0 + np.exp(-np.clip(x @ w, -40, 40)))
-        gradient = x.T @ (p - y) + penalty @ w
-        hessian = (x.T * (p * (1 - p))) @ x + penalty
+        gradient = x.T @ (counted * (p - y)) + penalty @ w
+        hessian = (x.T * (counted * p * (1 - p))) @ x + penalty
         step = np.linalg.solve(hessian + 1e-9 * np.eye(x.shape[1]), gradient)
         w -= step
         if float(np.abs(step).max()) < 1e-8:

@@ -16,7 +16,7 @@ from icrlhf.generation.ranking import (
 )
 from icrlhf.kinds import kind_of
 from icrlhf.queues.models import Item, Queue
-from icrlhf.review.models import Decision
+from icrlhf.review.models import Automation, Decision
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,9 @@ class Sample:
     item_id: int
     features: list[list[float]]
     accepted: list[bool]
+    # How many items it stands for in the fits: an audit of an automated item stands for
+    # the 1 / audit share automated items like it that no reviewer saw.
+    weight: float = 1.0
 
 
 def samples_of(queue: Queue) -> list[Sample]:
@@ -64,6 +67,14 @@ def samples_of(queue: Queue) -> list[Sample]:
         ranking_features__isnull=False,
     ).order_by("position"):
         candidates.setdefault(candidate.generation_id, []).append(candidate)
+    # While automation runs, the confident region reaches reviewers only through audits:
+    # weighted by the inverse of the audit share, so it is not learnt from a tenth of itself.
+    audited = set(
+        Automation.objects.filter(
+            item__queue=queue, audit=True, item_id__in=first_decisions
+        ).values_list("item_id", flat=True)
+    )
+    audit_weight = 100 / queue.audit_percent if queue.audit_percent else 1.0
     samples = []
     for decision in first_decisions.values():
         ranked = candidates.get(decision.generation_id)
@@ -84,6 +95,7 @@ def samples_of(queue: Queue) -> list[Sample]:
                     answer_key(kind.example_text(text=c.text, fields=c.fields)) == kept
                     for c in ranked
                 ],
+                weight=audit_weight if decision.item_id in audited else 1.0,
             )
         )
     return samples
@@ -92,7 +104,8 @@ def samples_of(queue: Queue) -> list[Sample]:
 def _fit(samples: list[Sample]) -> list[float]:
     rows = [row for s in samples for row in s.features]
     accepted = [hit for s in samples for hit in s.accepted]
-    return fitting.logistic_fit(rows, accepted)
+    weights = [s.weight for s in samples for _ in s.features]
+    return fitting.logistic_fit(rows, accepted, weights)
 
 
 def _top(sample: Sample, coefficients: list[float]) -> tuple[float, bool]:
@@ -125,22 +138,25 @@ def out_of_fold(samples: list[Sample]) -> list[tuple[float, bool]]:
     return tops
 
 
-def _platt(tops: list[tuple[float, bool]]) -> list[float]:
-    """The confidence's fit: a logistic regression of acceptance on the top score, with one
-    accepted and one rejected pseudo-item at the median score, so that a sample where every
-    top was accepted (or none was) gives a confidence short of certainty."""
+def _platt(tops: list[tuple[float, bool]], weights: list[float]) -> list[float]:
+    """The confidence's fit: a logistic regression of acceptance on the top score (each
+    weighted as its item), with one accepted and one rejected pseudo-item at the median score,
+    so that a sample where every top was accepted (or none was) gives a confidence short of
+    certainty."""
     median = sorted(value for value, _ in tops)[len(tops) // 2]
     rows = [[value] for value, _ in tops] + [[median], [median]]
-    return fitting.logistic_fit(rows, [hit for _, hit in tops] + [True, False])
+    return fitting.logistic_fit(rows, [hit for _, hit in tops] + [True, False], [*weights, 1, 1])
 
 
-def _confidences_forward(tops: list[tuple[float, bool]]) -> list[tuple[float, bool]]:
+def _confidences_forward(
+    tops: list[tuple[float, bool]], weights: list[float]
+) -> list[tuple[float, bool]]:
     """Each top's confidence from a confidence fit on the tops before its block (forward
     again), with whether it was accepted: what the ECE and the curve are computed on, so that
     they say how the confidence does on items decided later. The first block has none."""
     scored = []
     for start, end in forward_blocks(len(tops)):
-        coefficients = _platt(tops[:start])
+        coefficients = _platt(tops[:start], weights[:start])
         scored += [(confidence(value, coefficients), hit) for value, hit in tops[start:end]]
     return scored
 
@@ -166,13 +182,14 @@ def calibration_fit(*, queue: Queue) -> Calibration | None:
     hits = [hit for _, hit in tops]
     if min(sum(hits), len(hits) - sum(hits)) < MIN_EACH_OUTCOME:
         return None
-    scored = _confidences_forward(tops)
+    weights = [sample.weight for sample in predicted]
+    scored = _confidences_forward(tops, weights)
     confidences, later_hits = [c for c, _ in scored], [hit for _, hit in scored]
     return Calibration.objects.create(
         queue=queue,
         features=list(FEATURES),
         coefficients=coefficients,
-        top_coefficients=_platt(tops),
+        top_coefficients=_platt(tops, weights),
         items=len(samples),
         candidates=sum(len(s.accepted) for s in samples),
         accepted_share=sum(hits) / len(hits),

@@ -35,6 +35,19 @@ def test_a_feature_that_separates_perfectly_still_gets_finite_coefficients() -> 
     assert coefficients[1] > 2
 
 
+def test_a_weighted_row_counts_as_that_many_copies_of_it() -> None:
+    rng = random.Random(4)
+    rows = [[rng.uniform(-2, 2)] for _ in range(60)]
+    accepted = [rng.random() < 1 / (1 + math.exp(-2 * row[0])) for row in rows]
+    weights = [3.0 if i % 4 == 0 else 1.0 for i in range(60)]
+    copied = [
+        (r, a) for r, a, w in zip(rows, accepted, weights, strict=True) for _ in range(int(w))
+    ]
+    assert logistic_fit(rows, accepted, weights) == pytest.approx(
+        logistic_fit([r for r, _ in copied], [a for _, a in copied]), abs=1e-6
+    )
+
+
 def test_reliability_bins_compare_the_mean_confidence_with_what_happened() -> None:
     table = reliability([0.95, 0.9, 0.92, 0.15, 1.0], [True, True, False, False, True])
     assert [(b.low, b.count) for b in table] == [(0.1, 1), (0.9, 4)]

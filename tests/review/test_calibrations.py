@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from icrlhf.generation.models import Calibration, Generation
 from icrlhf.generation.ranking import FEATURES, PRIOR_COEFFICIENTS
+from icrlhf.queues.models import Item
 from icrlhf.review import calibrations
 from tests.factories import DecisionFactory, ItemFactory, ready_generation
 
@@ -178,3 +179,29 @@ def test_validation_moves_forward_in_time(queue: Any) -> None:
     # Judged forward: the first of the six blocks has no fit before it, so the curve is
     # measured on the 100 later items only.
     assert max(point["items"] for point in calibration.curve) <= 100
+
+
+def test_an_audit_stands_for_the_automated_items_no_reviewer_saw(queue: Any) -> None:
+    """While automation runs, the confident region is seen through its audits alone: each
+    weighs 1 / audit share in the refit."""
+    from icrlhf.review.models import Automation
+
+    queue.audit_percent = 20
+    queue.save()
+    rng = random.Random(10)
+    for _ in range(3):
+        decided(queue, rng, right_first=1.0)
+    audited = calibrations.samples_of(queue)[1]
+    item = Item.objects.get(pk=audited.item_id)
+    generation = item.generations.get()
+    Automation.objects.create(
+        item=item,
+        generation=generation,
+        candidate=generation.candidates.order_by("position").first(),
+        confidence=0.97,
+        threshold=0.9,
+        audit=True,
+        final_text="voted answer",
+    )
+    weights = [sample.weight for sample in calibrations.samples_of(queue)]
+    assert weights == [1.0, 5.0, 1.0]
