@@ -68,6 +68,7 @@ def _bench_build(options: dict[str, Any], stream_size: int) -> Bench:
         ),
         "max_tokens": MAX_TOKENS,
         "example_token_budget": 4000,
+        "blind_percent": 0,  # the first candidate is the ranking's: never shown shuffled
         "temperature": options["temperature"],
     }
     queue = Queue.objects.create(

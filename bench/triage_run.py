@@ -25,6 +25,7 @@ QUEUE_SETTINGS = {
     "max_tokens": 120,
     "temperature": 0.8,
     "memory_candidates": 0,  # the model's own proposals are what is measured
+    "blind_percent": 0,  # the ranking's order is what is measured, never shuffled
 }
 
 

@@ -36,6 +36,8 @@ class QueueFactory(factory.django.DjangoModelFactory):
     slug = factory.Sequence(lambda n: f"queue-{n}")
     name = factory.Sequence(lambda n: f"Queue {n}")
     n_candidates = 3
+    # Tests that rank read the ranking's order; the blind share is tested on its own.
+    blind_percent = 0
 
     # Members by role: QueueFactory(members=[reviewer], curators=[curator], viewers=[viewer]).
     @factory.post_generation

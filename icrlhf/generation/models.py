@@ -66,6 +66,9 @@ class Generation(models.Model):
     min_similarity = models.FloatField(null=True, blank=True)
     below_minimum = models.JSONField(default=list, blank=True)
     ranked_at = models.DateTimeField(null=True, blank=True)
+    # Shown blind: its candidates keep their shuffled order and no confidence is shown, so
+    # that what the order does to reviewers can be measured (the queue's blind share).
+    blind = models.BooleanField(default=False)
     # A reviewer's "try again" on this round: {"rewards": {candidate id: reward}, "reasons":
     # [...], "comment": "...", "reviewer": name}. The next round is prompted with this one's
     # answers and rewards as earlier attempts (selectors.attempts_earlier).
@@ -127,6 +130,8 @@ class Candidate(models.Model):
     # reviewer accepts it as it is (empty until the queue has a calibration).
     ranking_features = models.JSONField(null=True, blank=True)
     confidence = models.FloatField(null=True, blank=True)
+    # Its place in the ranking (1: the ranking's first), whatever place it is shown in.
+    rank = models.PositiveSmallIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     # When a transient failure's retry is due: the item page counts down to it.

@@ -117,6 +117,12 @@ def _relevances(request: str, answers: list[str]) -> list[float]:
     return [vectors.cosine(request_vector, vector) for vector in answer_vectors]
 
 
+def _drawn_blind(generation_id: int, blind_percent: int) -> bool:
+    """Whether a generation is shown blind: a draw fixed by its id (a re-rank draws alike)."""
+    digest = hashlib.sha256(f"blind:{generation_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 100 < blind_percent
+
+
 def generation_rank(*, generation_id: int) -> bool:
     """Score the finished candidates, store their features and the first one's confidence,
     and put them in that order (their positions, hence their numbers on the page), best
@@ -158,12 +164,14 @@ def generation_rank(*, generation_id: int) -> bool:
         # The item's row lock is the one decisions take: none lands between the check and
         # the renumbering.
         Item.objects.select_for_update().filter(pk=generation.item_id).first()
+        blind = _drawn_blind(generation_id, queue.blind_percent)
         claimed = Generation.objects.filter(pk=generation_id, ranked_at__isnull=True).update(
-            ranked_at=timezone.now(), calibration=calibration
+            ranked_at=timezone.now(), calibration=calibration, blind=blind
         )
         if not claimed:
             return False
-        reorder = not generation.decisions.exists()
+        # A blind one keeps its shuffled order: its ranks are recorded, not shown.
+        reorder = not blind and not generation.decisions.exists()
         Candidate.objects.filter(generation=generation).update(confidence=None)  # ranked anew
         if reorder:
             # Two steps, as positions are unique within a generation.
@@ -172,6 +180,7 @@ def generation_rank(*, generation_id: int) -> bool:
         for position, (value, candidate, features) in enumerate(scored):
             first = position == 0
             Candidate.objects.filter(pk=candidate.pk).update(
+                rank=position + 1,
                 ranking_features=features,
                 confidence=(
                     confidence(value, calibration.top_coefficients)

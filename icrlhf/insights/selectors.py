@@ -11,7 +11,9 @@ from django.utils import timezone
 
 from icrlhf.gateway.models import Call
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.ranking import answer_key
 from icrlhf.insights.stats import two_proportion_p, wilson
+from icrlhf.kinds import kind_of
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 from icrlhf.review.automation import audit_agreed
@@ -188,6 +190,28 @@ class Rewards:
 
 
 @dataclass(frozen=True)
+class Anchoring:
+    """How much the order sways reviewers: how often they kept the ranking's first candidate
+    as it was, on items shown best first with its confidence and on items shown blind
+    (random order, no confidence). The gap is what the order itself adds."""
+
+    shown: Arm
+    blind: Arm
+
+    @property
+    def difference(self) -> float | None:
+        a, b = self.shown.rate, self.blind.rate
+        return None if a is None or b is None else a - b
+
+    @property
+    def p_value(self) -> float | None:
+        a, b = self.shown, self.blind
+        if not a.reviewed or not b.reviewed:
+            return None
+        return two_proportion_p(a.accepted, a.reviewed, b.accepted, b.reviewed)
+
+
+@dataclass(frozen=True)
 class Dashboard:
     days: list[date]
     totals: Window
@@ -199,6 +223,7 @@ class Dashboard:
     holdout: Holdout
     automation: AutomationBoard
     rewards: Rewards
+    anchoring: Anchoring
 
 
 def _decisions(queue: Queue, days: list[date]) -> tuple[Window, list[Window], list[Window]]:
@@ -429,6 +454,36 @@ def _automation(queue: Queue, days: list[date]) -> AutomationBoard:
     )
 
 
+def _anchoring(queue: Queue, days: list[date]) -> Anchoring:
+    since = timezone.make_aware(datetime.combine(days[0], datetime.min.time()))
+    first: dict[int, Decision] = {}
+    for decision in (
+        Decision.objects.standing()
+        .filter(item__queue=queue, created_at__gte=since, generation__ranked_at__isnull=False)
+        .select_related("generation")
+        .order_by("created_at", "pk")
+    ):
+        first.setdefault(decision.item_id, decision)
+    tops = {
+        candidate.generation_id: candidate
+        for candidate in Candidate.objects.filter(
+            generation_id__in=[d.generation_id for d in first.values()], rank=1
+        )
+    }
+    kind = kind_of(queue)
+    shown, blind = Arm(), Arm()
+    for decision in first.values():
+        top = tops.get(decision.generation_id)
+        if top is None:
+            continue  # ranked before ranks were recorded
+        arm = blind if decision.generation.blind else shown
+        arm.reviewed += 1
+        arm.accepted += decision.verdict != Decision.Verdict.NONE_ACCEPTABLE and answer_key(
+            decision.final_text
+        ) == answer_key(kind.example_text(text=top.text, fields=top.fields))
+    return Anchoring(shown=shown, blind=blind)
+
+
 def queue_calls(*, queue: Queue) -> QuerySet[Call]:
     """The queue's gateway calls, newest first."""
     return Call.objects.filter(queue=queue).order_by("-created_at", "-pk")
@@ -449,4 +504,5 @@ def queue_dashboard(*, queue: Queue) -> Dashboard:
         holdout=_holdout(queue, days),
         automation=_automation(queue, days),
         rewards=_rewards(queue, days),
+        anchoring=_anchoring(queue, days),
     )

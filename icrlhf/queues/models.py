@@ -158,6 +158,14 @@ class Queue(models.Model):
         help_text="This share of automatically applied items still goes to review, chosen at "
         "random, to measure the automation's precision.",
     )
+    blind_percent = models.PositiveSmallIntegerField(
+        "blind share (%)",
+        default=10,
+        validators=[MaxValueValidator(100)],
+        help_text="This share of items, drawn at random, is shown to reviewers in random order "
+        "and without the confidence, to measure how much the order sways them (the dashboard "
+        "compares the first candidate's acceptance blind and not).",
+    )
     example_token_budget = models.PositiveIntegerField(
         default=1500, help_text="Retrieved examples are added whole until this budget is reached."
     )

@@ -20,6 +20,7 @@ RULES = {
     "memory_answer_threshold": "",
     "auto_apply_threshold": "",
     "audit_percent": "10",
+    "blind_percent": "0",
 }
 
 

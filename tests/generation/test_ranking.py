@@ -136,3 +136,45 @@ def test_a_retried_candidate_is_ranked_with_the_others(queue: Any, user: Any) ->
     candidate_retry(candidate_id=failed.pk)
     generation.refresh_from_db()
     assert generation.ranked_at is None  # ranked again once the retried one settles
+
+
+def test_a_blind_item_keeps_its_shuffled_order_and_records_the_ranks(
+    queue: Any, logged_in: Any
+) -> None:
+    """The blind share: ranked as any other, shown in random order without the confidence,
+    so the dashboard can tell what the order itself does to reviewers."""
+    queue.blind_percent = 100
+    queue.save()
+    Calibration.objects.create(
+        queue=queue,
+        features=list(FEATURES),
+        coefficients=[-3.0, 6.0, 0, 0, 0, 0, 0, 0],
+        top_coefficients=[0.0, 1.0],
+        items=50,
+        candidates=150,
+        accepted_share=0.6,
+    )
+    generation = _generation(
+        queue, ["pin_blocked", "card_arrival"], [(0.9, "card_arrival"), (0.5, "pin_blocked")]
+    )
+    assert ranking.generation_rank(generation_id=generation.pk)
+    shown = list(generation.candidates.order_by("position"))
+    assert [c.text for c in shown] == ["pin_blocked", "card_arrival"]  # not reordered
+    assert [c.rank for c in shown] == [2, 1]
+    generation.refresh_from_db()
+    assert generation.blind
+    page = logged_in.get(f"/items/{generation.item_id}/").content.decode()
+    assert "in random order" in page and "likely</span>" not in page
+
+    queue.blind_percent = 0
+    queue.save()
+    other = _generation(
+        queue, ["pin_blocked", "card_arrival"], [(0.9, "card_arrival"), (0.5, "pin_blocked")]
+    )
+    ranking.generation_rank(generation_id=other.pk)
+    assert [(c.text, c.rank) for c in other.candidates.order_by("position")] == [
+        ("card_arrival", 1),
+        ("pin_blocked", 2),
+    ]
+    page = logged_in.get(f"/items/{other.item_id}/").content.decode()
+    assert "in random order" not in page and "likely</span>" in page

@@ -200,3 +200,34 @@ def test_a_named_run_is_held_out_as_a_whole_and_about_the_queues_share() -> None
     assert all(held_out(queue=queue, run_key=f"run-{n}") == draws[n] for n in range(50))
     assert 0.26 < sum(draws) / len(draws) < 0.34
     assert not any(held_out(queue=QueueFactory(holdout_percent=0), run_key=k) for k in "abc")
+
+
+def test_the_order_is_measured_against_items_shown_blind(
+    queue: Any, user: Any, logged_in: Client
+) -> None:
+    """The ranking's first candidate kept on 3 of 4 items shown best first and on 1 of 4
+    shown blind: the order adds 50 points."""
+    from django.utils import timezone as tz
+
+    from icrlhf.generation.models import Generation
+
+    for blind, kept in ((False, 3), (True, 1)):
+        for number in range(4):
+            item = ItemFactory(queue=queue)
+            generation = ready_generation(item, ["ranked first", "ranked second"])
+            Generation.objects.filter(pk=generation.pk).update(ranked_at=tz.now(), blind=blind)
+            first, second = generation.candidates.order_by("position")
+            Candidate.objects.filter(pk=first.pk).update(rank=1)
+            Candidate.objects.filter(pk=second.pk).update(rank=2)
+            decision_record(
+                item_id=item.pk,
+                reviewer=user,
+                verdict="chosen",
+                candidate_id=(first if number < kept else second).pk,
+            )
+    anchoring = queue_dashboard(queue=queue).anchoring
+    assert (anchoring.shown.accepted, anchoring.shown.reviewed) == (3, 4)
+    assert (anchoring.blind.accepted, anchoring.blind.reviewed) == (1, 4)
+    assert anchoring.difference == pytest.approx(0.5)
+    page = logged_in.get(f"/q/{queue.slug}/dashboard/").content.decode()
+    assert "How much the order sways reviewers" in page and "+50 pts" in page
