@@ -162,6 +162,9 @@ class Recommendation:
     precision: float | None
     bound: float  # the lower confidence bound on that precision
     more_items_needed: int | None  # None with a threshold; also when no rate reaches the target
+    # Without a recommendation: the most convincing threshold so far, the one `items`,
+    # `precision` and `bound` describe.
+    closest: float | None = None
 
 
 def threshold_recommend(
@@ -201,6 +204,7 @@ def threshold_recommend(
         rate,
         float(bounds[at]),
         _more_items_needed(rate, int(items[at]), target, min_items) if rate > target else None,
+        closest=float(values[at]),
     )
 
 

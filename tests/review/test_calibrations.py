@@ -156,7 +156,9 @@ def test_a_threshold_is_recommended_only_where_its_bound_reaches_the_target() ->
     # The same rate on a tenth of the items promises nothing yet, and says how far it is.
     few = threshold_recommend(confidences[:60], hits[:60], 0.95, 30)
     assert few.threshold is None and few.more_items_needed is not None
-    assert few.more_items_needed > 0
+    assert few.more_items_needed > 0 and few.closest is not None
+    shown = [h for c, h in zip(confidences[:60], hits[:60], strict=True) if c >= few.closest]
+    assert len(shown) == few.items
     # A queue never that precise is told so, with no count to wait for.
     never = threshold_recommend(confidences, [c > 2 for c in confidences], 0.9, 30)
     assert never.threshold is None and never.more_items_needed is None
