@@ -171,9 +171,11 @@ def threshold_recommend(
     confidences: Sequence[float], hits: Sequence[bool], target: float, min_items: int
 ) -> Recommendation:
     """The lowest threshold at which the lower confidence bound on precision reaches `target`
-    with at least `min_items` items at or above it. Every confidence seen is a candidate
-    threshold (items tied at one confidence are taken together). With none, the most
-    convincing threshold so far and about how many more items above it would do."""
+    with at least `min_items` items at or above it. Every confidence seen is a cut (items tied
+    at one confidence are taken together). The bound holds for a threshold fixed in advance;
+    chosen among many on the same items it is a little optimistic, which is why the audits
+    watch automation online (guard.py). With none, the most convincing cut whose precision is
+    above the target, and about how many more items above it would do."""
     ranked = sorted(zip(confidences, hits, strict=True), key=lambda pair: -pair[0])
     if not ranked:
         return Recommendation(target, None, 0, None, 0.0, None)
@@ -181,21 +183,28 @@ def threshold_recommend(
     right = np.cumsum([h for _, h in ranked])
     items = np.arange(1, len(ranked) + 1)
     # A threshold stops only after the last item of its value.
-    cuts = np.flatnonzero(np.append(values[1:] < values[:-1], True))
-    right, items, values = right[cuts], items[cuts], values[cuts]
+    ends = np.flatnonzero(np.append(values[1:] < values[:-1], True))
+    right, items, values = right[ends], items[ends], values[ends]
+    below = np.append(values[1:], -np.inf)  # the next cut's value, under each cut
     bounds = _lower_bounds(right, items, GUARANTEE_LEVEL)
     kept = np.flatnonzero((items >= min_items) & (bounds >= target))
-    if kept.size:
-        at = int(kept[-1])  # the lowest threshold: the cut with the most items
+    passed = int(kept[-1]) if kept.size else None  # the lowest threshold: the most items
+    if passed is not None:
         return Recommendation(
             target,
-            float(values[at]),
-            int(items[at]),
-            float(right[at] / items[at]),
-            float(bounds[at]),
+            _round_threshold(float(values[passed]), float(below[passed])),
+            int(items[passed]),
+            float(right[passed] / items[passed]),
+            float(bounds[passed]),
             None,
         )
-    at = int(np.argmax(bounds))
+    above = np.flatnonzero(right / items > target)
+    if not above.size:
+        at = int(np.argmax(bounds))
+        return Recommendation(
+            target, None, int(items[at]), float(right[at] / items[at]), float(bounds[at]), None
+        )
+    at = int(above[np.argmax(bounds[above])])
     rate = float(right[at] / items[at])
     return Recommendation(
         target,
@@ -203,9 +212,19 @@ def threshold_recommend(
         int(items[at]),
         rate,
         float(bounds[at]),
-        _more_items_needed(rate, int(items[at]), target, min_items) if rate > target else None,
+        _more_items_needed(rate, int(items[at]), target, min_items),
         closest=float(values[at]),
     )
+
+
+def _round_threshold(value: float, next_below: float) -> float:
+    """A threshold a curator can type that takes exactly the same items: the roundest number
+    in (next_below, value] (a cut's value when no round one fits)."""
+    for decimals in (2, 3, 4):
+        rounded = math.floor(value * 10**decimals) / 10**decimals
+        if rounded > next_below:
+            return rounded
+    return value
 
 
 def _more_items_needed(rate: float, items: int, target: float, min_items: int) -> int:

@@ -164,7 +164,7 @@ def generation_rank(*, generation_id: int) -> bool:
         # The item's row lock is the one decisions take: none lands between the check and
         # the renumbering.
         Item.objects.select_for_update().filter(pk=generation.item_id).first()
-        blind = _drawn_blind(generation_id, queue.blind_percent)
+        blind = generation.blind or _drawn_blind(generation_id, queue.blind_percent)
         claimed = Generation.objects.filter(pk=generation_id, ranked_at__isnull=True).update(
             ranked_at=timezone.now(), calibration=calibration, blind=blind
         )

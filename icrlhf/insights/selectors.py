@@ -5,7 +5,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, F, Max, Q, QuerySet
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
@@ -459,7 +459,13 @@ def _anchoring(queue: Queue, days: list[date]) -> Anchoring:
     first: dict[int, Decision] = {}
     for decision in (
         Decision.objects.standing()
-        .filter(item__queue=queue, created_at__gte=since, generation__ranked_at__isnull=False)
+        # Decided once ranked: before, every item is shown shuffled and without confidence.
+        .filter(
+            item__queue=queue,
+            created_at__gte=since,
+            generation__ranked_at__isnull=False,
+            created_at__gt=F("generation__ranked_at"),
+        )
         .select_related("generation")
         .order_by("created_at", "pk")
     ):

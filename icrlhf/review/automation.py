@@ -3,6 +3,7 @@ without review (a triage written back to its ticket, the decision webhook sent),
 share goes to review all the same as an audit, and any of them can be undone. The audits
 watch it: a broken promise pauses it (guard.py)."""
 
+import logging
 import random
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,8 @@ from icrlhf.queues.models import Item, Queue
 from icrlhf.review import guard, tasks
 from icrlhf.review.claims import DecisionConflict, item_lock
 from icrlhf.review.models import Automation, Decision
+
+logger = logging.getLogger(__name__)
 
 
 def generation_consider(*, generation_id: int) -> Automation | None:
@@ -114,10 +117,16 @@ def audit_record(*, decision: Decision) -> None:
     audited = Automation.objects.filter(
         item_id=decision.item_id, undone_at__isnull=True, audit_decision__isnull=True
     ).update(audit_decision=decision)
-    if audited:
-        pause = guard.automation_check(queue_id=decision.item.queue_id)
-        if pause is not None and decision.item.queue.webhook_url:
-            transaction.on_commit(lambda: tasks.pause_webhook.delay(pause.pk), robust=True)
+    if not audited:
+        return
+    try:
+        with transaction.atomic():  # a savepoint: the reviewer's decision stands whatever
+            pause = guard.automation_check(queue_id=decision.item.queue_id)
+    except Exception:  # noqa: BLE001 (the decision is what matters; the next audit checks again)
+        logger.exception("Checking the audits of queue %s failed", decision.item.queue_id)
+        return
+    if pause is not None and decision.item.queue.webhook_url:
+        transaction.on_commit(lambda: tasks.pause_webhook.delay(pause.pk), robust=True)
 
 
 def audit_withdraw(*, decision: Decision) -> None:

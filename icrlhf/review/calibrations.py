@@ -165,10 +165,10 @@ def calibration_fit(*, queue: Queue) -> Calibration | None:
     """Fit and store a new calibration, if the queue has enough decided items, with enough
     whose first candidate was accepted and enough whose was not.
 
-    The ranking is fitted on every candidate, and kept only if, out of fold, it puts an
+    The ranking is fitted on every candidate, and kept only if, forward, it puts an
     accepted answer first more often than the prior does (early decisions, made while memory
     was empty, teach a ranking little). The confidence is then fitted on the chosen
-    ranking's out-of-fold top scores: fitted on in-sample ones it would be overconfident."""
+    ranking's forward top scores: fitted on in-sample ones it would be overconfident."""
     samples = samples_of(queue)
     if len(samples) < MIN_ITEMS:
         return None

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from icrlhf.generation.calibration import precision_upper_bound
@@ -54,14 +54,21 @@ class Watch:
         return self.log_ratio >= math.log(1 / ALPHA)
 
 
-def _alternative(target: float) -> float:
-    return max(target - DROP, 0.01)
+# A threshold of 1.0 promises every item right: tested as 99.9%, so that one audit not kept
+# weighs heavily but the ratio stays finite.
+_HIGHEST_TARGET = 0.999
+
+
+def _hypotheses(target: float) -> tuple[float, float]:
+    """The precision promised, as tested, and the one DROP lower it is weighed against."""
+    promised = min(target, _HIGHEST_TARGET)
+    return promised, max(promised - DROP, 0.01)
 
 
 def log_ratio(outcomes: Sequence[bool], target: float) -> float:
     """The log likelihood ratio of "precision is target − DROP" against "it is target" after
     these audits (True: the audit kept what was applied)."""
-    worse = _alternative(target)
+    target, worse = _hypotheses(target)
     right, wrong = math.log(worse / target), math.log((1 - worse) / (1 - target))
     return sum(right if kept else wrong for kept in outcomes)
 
@@ -70,7 +77,7 @@ def audits_to_detect(target: float, precision: float) -> float:
     """Expected audits until a pause when the precision really is `precision` (< target), by
     Wald's identity: the boundary plus the mean overshoot (about half a wrong audit's step),
     over the ratio's drift per audit (inf when it does not drift up)."""
-    worse = _alternative(target)
+    target, worse = _hypotheses(target)
     kept, wrong = math.log(worse / target), math.log((1 - worse) / (1 - target))
     drift = precision * kept + (1 - precision) * wrong
     return (math.log(1 / ALPHA) + wrong / 2) / drift if drift > 0 else math.inf
@@ -84,13 +91,13 @@ def watch_of(target: float, outcomes: Sequence[bool]) -> Watch:
         agreed=agreed,
         log_ratio=log_ratio(outcomes, target),
         upper_bound=precision_upper_bound(agreed, len(outcomes)),
-        audits_to_detect=audits_to_detect(target, _alternative(target)),
+        audits_to_detect=audits_to_detect(target, _hypotheses(target)[1]),
     )
 
 
 def audits_since_start(queue: Queue, threshold: float) -> list[bool]:
     """The outcomes of the audits of automations at this threshold (the queue's current one),
-    since automation was last resumed, in the order they were decided."""
+    since automation started at it or was last resumed, in the order they were decided."""
     automations = Automation.objects.filter(
         item__queue=queue,
         audit=True,
@@ -99,10 +106,19 @@ def audits_since_start(queue: Queue, threshold: float) -> list[bool]:
         audit_decision__superseded_at__isnull=True,
         threshold=threshold,
     ).select_related("audit_decision")
+    # Watched afresh from the latest resume (while paused, the pause) or change of threshold:
+    # only items applied since, audited since.
+    starts = [
+        change.changed_at
+        for change in queue.routing_changes.order_by("-changed_at")
+        if "auto_apply_threshold" in change.changes
+    ][:1]
     latest = queue.automation_pauses.order_by("-paused_at").first()
-    if latest is not None:  # watched afresh from the resume (or, while paused, the pause)
-        since = latest.resumed_at or latest.paused_at
-        automations = automations.filter(audit_decision__created_at__gt=since)
+    if latest is not None:
+        starts.append(latest.resumed_at or latest.paused_at)
+    if starts:
+        since = max(starts)
+        automations = automations.filter(created_at__gt=since, audit_decision__created_at__gt=since)
     return [
         _kept(automation) for automation in automations.order_by("audit_decision__created_at", "pk")
     ]
@@ -140,14 +156,18 @@ def automation_check(*, queue_id: int) -> AutomationPause | None:
     state = watch(queue)
     if state is None or not state.alarm:
         return None
-    return AutomationPause.objects.create(
-        queue=queue,
-        target=state.target,
-        audits=state.audits,
-        agreed=state.agreed,
-        log_ratio=state.log_ratio,
-        upper_bound=state.upper_bound,
-    )
+    try:
+        with transaction.atomic():  # a savepoint: the audit's decision stands either way
+            return AutomationPause.objects.create(
+                queue=queue,
+                target=state.target,
+                audits=state.audits,
+                agreed=state.agreed,
+                log_ratio=state.log_ratio,
+                upper_bound=state.upper_bound,
+            )
+    except IntegrityError:  # another audit paused it a moment before
+        return None
 
 
 @transaction.atomic

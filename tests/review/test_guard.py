@@ -32,8 +32,8 @@ def stream(rng: random.Random, precision: float, audits: int) -> list[bool]:
 def test_false_alarms_stay_below_five_percent_however_long_it_watches() -> None:
     """At exactly the promised precision, 1,000 runs of 1,000 audits each."""
     target, threshold = 0.9, math.log(1 / guard.ALPHA)
-    worse = target - guard.DROP
-    kept, wrong = math.log(worse / target), math.log((1 - worse) / (1 - target))
+    # The ratio's two steps, as the guard computes them (a running sum keeps this fast).
+    kept, wrong = guard.log_ratio([True], target), guard.log_ratio([False], target)
     alarms = 0
     for seed in range(1000):
         rng, ratio = random.Random(seed), 0.0
@@ -142,6 +142,12 @@ def test_a_stream_whose_precision_drops_pauses_automation_within_the_promise(
     assert "no audit decided yet at this threshold" in (
         routing.get(f"/q/{queue.slug}/routing/").content.decode()
     )
+
+
+def test_a_threshold_of_one_is_tested_without_dividing_by_zero() -> None:
+    state = guard.watch_of(1.0, [True] * 10 + [False])
+    assert math.isfinite(state.log_ratio) and state.alarm  # one miss breaks "all right"
+    assert math.isfinite(guard.watch_of(1.0, []).audits_to_detect)
 
 
 @pytest.mark.django_db

@@ -1,3 +1,5 @@
+import math
+
 from django import template
 
 from icrlhf.insights.charts import percent as _percent
@@ -13,9 +15,19 @@ def percent(value: float) -> str:
 
 @register.filter
 def percent_exact(value: float | None) -> str:
-    """0.9464 → "94.6%": a bound compared with a target, never rounded up to it. "–" where
-    there is none (a curve fitted before bounds were kept)."""
-    return f"{value * 100:.1f}%" if isinstance(value, int | float) else "–"
+    """A lower bound to one decimal, rounded down (0.94996 → "94.9%"): compared with a target,
+    it is never rounded up to it. "–" where there is none (a curve kept before bounds were)."""
+    if not isinstance(value, int | float):
+        return "–"
+    return f"{math.floor(value * 1000 + 1e-9) / 10:.1f}%"
+
+
+@register.filter
+def percent_ceil(value: float | None) -> str:
+    """An upper bound to one decimal, rounded up (0.8131 → "81.4%")."""
+    if not isinstance(value, int | float):
+        return "–"
+    return f"{math.ceil(value * 1000 - 1e-9) / 10:.1f}%"
 
 
 @register.filter
