@@ -16,7 +16,7 @@ from icrlhf.insights.stats import two_proportion_p, wilson
 from icrlhf.kinds import kind_of
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
-from icrlhf.review.automation import audit_agreed
+from icrlhf.review.guard import audit_agreed
 from icrlhf.review.models import Automation, Decision
 from icrlhf.trajectories.models import Trajectory
 
@@ -115,6 +115,18 @@ class Arm:
         return wilson(self.accepted, self.reviewed) if self.reviewed else None
 
 
+def _difference(a: Arm, b: Arm) -> float | None:
+    """The first arm's rate less the second's, in points of share."""
+    return None if a.rate is None or b.rate is None else a.rate - b.rate
+
+
+def _p_value(a: Arm, b: Arm) -> float | None:
+    """Two-sided two-proportion test of the arms' rates (None until both have items)."""
+    if not a.reviewed or not b.reviewed:
+        return None
+    return two_proportion_p(a.accepted, a.reviewed, b.accepted, b.reviewed)
+
+
 @dataclass(frozen=True)
 class Holdout:
     """What memory is worth on the queue's own traffic: served answers shaped by memory
@@ -127,15 +139,11 @@ class Holdout:
 
     @property
     def difference(self) -> float | None:
-        a, b = self.with_memory.rate, self.without_memory.rate
-        return None if a is None or b is None else a - b
+        return _difference(self.with_memory, self.without_memory)
 
     @property
     def p_value(self) -> float | None:
-        a, b = self.with_memory, self.without_memory
-        if not a.reviewed or not b.reviewed:
-            return None
-        return two_proportion_p(a.accepted, a.reviewed, b.accepted, b.reviewed)
+        return _p_value(self.with_memory, self.without_memory)
 
 
 @dataclass(frozen=True)
@@ -200,15 +208,11 @@ class Anchoring:
 
     @property
     def difference(self) -> float | None:
-        a, b = self.shown.rate, self.blind.rate
-        return None if a is None or b is None else a - b
+        return _difference(self.shown, self.blind)
 
     @property
     def p_value(self) -> float | None:
-        a, b = self.shown, self.blind
-        if not a.reviewed or not b.reviewed:
-            return None
-        return two_proportion_p(a.accepted, a.reviewed, b.accepted, b.reviewed)
+        return _p_value(self.shown, self.blind)
 
 
 @dataclass(frozen=True)

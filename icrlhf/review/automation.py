@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.generation.ranking import answer_key
 from icrlhf.kinds import kind_of
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review import guard, tasks
@@ -132,16 +131,6 @@ def audit_record(*, decision: Decision) -> None:
 def audit_withdraw(*, decision: Decision) -> None:
     """The audit's decision was undone: the item waits for its audit again."""
     Automation.objects.filter(audit_decision=decision).update(audit_decision=None)
-
-
-def audit_agreed(automation: Automation) -> bool | None:
-    """Whether the audit kept what was applied (None: not audited yet)."""
-    decision = automation.audit_decision
-    if decision is None:
-        return None
-    return decision.verdict != Decision.Verdict.NONE_ACCEPTABLE and answer_key(
-        decision.final_text
-    ) == answer_key(automation.final_text)
 
 
 def _webhook_on_commit(automation: Automation, event: str) -> None:

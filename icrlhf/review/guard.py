@@ -120,13 +120,16 @@ def audits_since_start(queue: Queue, threshold: float) -> list[bool]:
         since = max(starts)
         automations = automations.filter(created_at__gt=since, audit_decision__created_at__gt=since)
     return [
-        _kept(automation) for automation in automations.order_by("audit_decision__created_at", "pk")
+        audit_agreed(automation) is True
+        for automation in automations.order_by("audit_decision__created_at", "pk")
     ]
 
 
-def _kept(automation: Automation) -> bool:
+def audit_agreed(automation: Automation) -> bool | None:
+    """Whether the audit kept what was applied (None: not audited yet)."""
     decision = automation.audit_decision
-    assert decision is not None
+    if decision is None:
+        return None
     return decision.verdict != Decision.Verdict.NONE_ACCEPTABLE and answer_key(
         decision.final_text
     ) == answer_key(automation.final_text)

@@ -24,7 +24,7 @@ from icrlhf.queues.models import Item, Queue
 from icrlhf.review import automation as review_automation
 from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
-from icrlhf.review import judgements, live, selectors, tool_edits
+from icrlhf.review import guard, judgements, live, selectors, tool_edits
 from icrlhf.review.forms import DecisionForm, TryAgainForm
 from icrlhf.review.models import Automation, Decision
 
@@ -158,7 +158,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "automation": automation,
         # An audit looks like any other item until decided: it is not said to be applied.
         "blind": blind,
-        "audit_agreed": automation and review_automation.audit_agreed(automation),
+        "audit_agreed": automation and guard.audit_agreed(automation),
         "can_undo_automation": reviewer
         and automation is not None
         and not automation.audit

@@ -10,7 +10,7 @@ from django.test import Client
 from icrlhf.generation.models import Calibration, Candidate
 from icrlhf.generation.ranking import FEATURES
 from icrlhf.queues.models import Item
-from icrlhf.review import automation, claims, decisions
+from icrlhf.review import automation, claims, decisions, guard
 from icrlhf.review.models import Automation
 from tests.factories import QueueFactory, UserFactory, ready_generation
 from tests.support.webhook_receiver import Receiver
@@ -106,7 +106,7 @@ def test_an_audited_item_is_applied_and_still_reviewed(automating: Any, user: An
     decision = decide(item, user, 1)  # the reviewer disagrees
     applied.refresh_from_db()
     assert applied.audit_decision == decision
-    assert automation.audit_agreed(applied) is False
+    assert guard.audit_agreed(applied) is False
     item.refresh_from_db()
     assert (item.status, item.category) == ("decided", "exchange_rate")
     with pytest.raises(claims.DecisionConflict, match="undo their decision instead"):
@@ -117,7 +117,7 @@ def test_an_audited_item_is_applied_and_still_reviewed(automating: Any, user: An
     assert applied.audit_decision is None
     decide(item, user, 0)
     applied.refresh_from_db()
-    assert automation.audit_agreed(applied) is True
+    assert guard.audit_agreed(applied) is True
 
 
 def test_undo_puts_the_ticket_back_and_sends_the_item_to_review(
