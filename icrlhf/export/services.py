@@ -99,6 +99,7 @@ def _chunks(decisions: QuerySet[Decision]) -> Iterator[list[dict[str, Any]]]:
         "final_tool_calls",
         "reason_tags",
         "comment",
+        "ratings",
         "guideline_version",
         "time_to_decide_ms",
         "reviewer__username",
@@ -143,7 +144,7 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
         generations = {
             g["id"]: g
             for g in Generation.objects.filter(pk__in=generation_ids).values(
-                "id", "model", "params", "messages", "created_at"
+                "id", "model", "params", "messages", "created_at", "blind"
             )
         }
         candidates: dict[int, list[dict[str, Any]]] = defaultdict(list)
@@ -160,6 +161,7 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
                 "fields",
                 "source",
                 "source_example_id",
+                "rank",
             )
         ):
             candidates[c["generation_id"]].append(dict(c))
@@ -201,6 +203,8 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
                     "model": generation["model"],
                     "params": params,
                     "created_at": _iso(generation["created_at"]),
+                    # Shown in random order without the confidence (the blind share).
+                    "blind": generation["blind"],
                 },
                 "messages": generation["messages"],
                 "candidates": [
@@ -217,6 +221,7 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
                         "model": c["model"] or generation["model"],
                         "params": params if c["source"] == Candidate.Source.LLM else {},
                         "fields": c["fields"],
+                        "rank": c["rank"],  # the ranking's place (1: first); null unranked
                     }
                     for c in candidates[row["generation_id"]]
                 ],
@@ -228,6 +233,8 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
                 "reviewer": None if anonymize else row["reviewer__username"],
                 "reason_tags": row["reason_tags"],
                 "comment": row["comment"],
+                # The reviewer's optional 1-5 ratings, by candidate id.
+                "ratings": row["ratings"],
                 "guideline_version": row["guideline_version"],
                 "time_to_decide_ms": row["time_to_decide_ms"],
                 "retrieved_examples": [

@@ -38,6 +38,7 @@ CANONICAL_KEYS = {
     "reviewer",
     "reason_tags",
     "comment",
+    "ratings",
     "guideline_version",
     "time_to_decide_ms",
     "retrieved_examples",
@@ -119,9 +120,11 @@ def test_the_canonical_record_has_every_documented_field(
                 "model",
                 "params",
                 "fields",
+                "rank",
             }
             for c in record["candidates"]
         )
+        assert record["generation"]["blind"] is False
         assert record["reviewer"] == user.username
     chosen, edited, none = records
     assert chosen["final_text"] == "a1" and chosen["chosen_candidate_id"] == (
@@ -131,6 +134,10 @@ def test_the_canonical_record_has_every_documented_field(
     assert edited["final_text"] == "b1, improved"
     assert edited["retrieved_examples"][0]["score"] == 0.81
     assert none["comment"] == "all wrong" and none["chosen_candidate_id"] is None
+    assert none["ratings"] == {}
+    rated = {str(decisions["chosen"].chosen_candidate_id): 5}
+    Decision.objects.filter(pk=decisions["chosen"].pk).update(ratings=rated)
+    assert export("canonical")[0]["ratings"] == rated
 
 
 def test_a_memory_candidate_is_exported_as_such(queue: Any, user: Any) -> None:
