@@ -104,7 +104,11 @@ def test_a_killed_llm_is_restarted_and_the_stack_carries_on(stack: RunningStack)
     os.kill(killed, signal.SIGKILL)
 
     wait_for(lambda: stack.said("llm ended (terminated by SIGKILL)"), what="the report")
-    assert http_ok(f"{stack.url}accounts/login/")  # the web did not go down with it
+    # The web did not go down with it: the same process, still answering (given a few
+    # seconds, on two cores busy loading the model again beside a test database).
+    wait_for(lambda: http_ok(f"{stack.url}accounts/login/"), timeout_s=20, what="the web")
+    log = (Path(stack.env["ICRLHF_VAR_DIR"]) / "log" / "supervisord.log").read_text()
+    assert len(re.findall(r"spawned: 'web' with pid", log)) == 1
     wait_for(lambda: stack.said("llm: running again"), timeout_s=60, what="the restart")
     assert llm_pid(stack) != killed
     wait_for(lambda: http_ok(f"{api_base}/models"), timeout_s=30, what="the LLM answering")
