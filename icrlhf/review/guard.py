@@ -46,10 +46,6 @@ class Watch:
     audits_to_detect: float  # expected audits to pause, from the start, at target − DROP
 
     @property
-    def precision(self) -> float | None:
-        return self.agreed / self.audits if self.audits else None
-
-    @property
     def alarm(self) -> bool:
         return self.log_ratio >= math.log(1 / ALPHA)
 
