@@ -3,7 +3,6 @@ simulated reviewer's comparison, statistics and the chart."""
 
 import csv
 import random
-import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from icrlhf.generation import calibration
 from icrlhf.insights.charts import Series, line_chart
 from icrlhf.insights.stats import two_proportion_p, wilson
+from icrlhf.kinds.labels import label_named, labels_share_a_word
 
 
 @dataclass(frozen=True)
@@ -19,29 +19,25 @@ class Labelled:
     label: str
 
 
-def banking77_split(
+def labelled_split(
     path: Path, *, seed: int, test: int, stream: int
 ) -> tuple[list[Labelled], list[Labelled]]:
-    """A fixed, seeded split: held-out messages, and the stream of decisions to learn from."""
+    """A fixed, seeded split of a data set in Banking77's layout (a CSV with `text` and
+    `category` columns): held-out messages, and the stream of decisions to learn from."""
     with path.open(newline="", encoding="utf-8") as handle:
         rows = [Labelled(r["text"].strip(), r["category"].strip()) for r in csv.DictReader(handle)]
+    if len(rows) < test + stream:
+        raise ValueError(
+            f"{path} has {len(rows)} messages; {test} held out and {stream} to learn from "
+            f"need {test + stream}."
+        )
     random.Random(seed).shuffle(rows)
     return rows[:test], rows[test : test + stream]
 
 
-def _words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9_ ]+", " ", text.lower().replace("-", "_")).split()
-
-
 def label_of(answer: str, labels: list[str]) -> str:
-    """The label a free-text answer names on its first line, compared case- and
-    punctuation-blind (Banking77 has `Refund_not_showing_up` and `reverted_card_payment?`);
-    failing that, the first word of that line that is a label; "" when none."""
-    by_form = {"_".join(_words(label)): label for label in labels}
-    words = _words((answer.strip().splitlines() or [""])[0])
-    if "_".join(words) in by_form:
-        return by_form["_".join(words)]
-    return next((by_form[word] for word in words if word in by_form), "")
+    """The label a free-text answer names, as the product reads it for an intent queue."""
+    return label_named(answer, labels)
 
 
 def rating_of(named: str, gold: str) -> int:
@@ -50,7 +46,7 @@ def rating_of(named: str, gold: str) -> int:
     does not, card_linking for card_arrival does), 1 otherwise."""
     if named == gold:
         return 5
-    return 3 if named and set(_words(named)) & set(_words(gold)) else 1
+    return 3 if named and labels_share_a_word(named, gold) else 1
 
 
 # (key, name, colour): every rate the benchmark measures at each number of stored decisions.
@@ -123,6 +119,7 @@ def confidence_summary(
     return {
         "calibrated_n": len(confidences),
         "ece": calibration.expected_calibration_error(confidences, right),
+        "ece_ci": list(calibration.ece_interval(confidences, right)),
         "reliability": [asdict(b) for b in calibration.reliability(confidences, right)],
         "thresholds": [
             asdict(p) for p in calibration.precision_coverage(confidences, right, THRESHOLDS)

@@ -5,6 +5,7 @@ import json
 import random
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -15,21 +16,26 @@ from bench.learning import (
     TARGET_PRECISION,
     Counts,
     Labelled,
-    banking77_split,
     confidence_summary,
     label_of,
+    labelled_split,
     minimum_choose,
     rating_of,
     significance,
     summarise,
 )
-from icrlhf.generation.calibration import precision_coverage
+from icrlhf.generation.calibration import (
+    ece_interval,
+    expected_calibration_error,
+    precision_coverage,
+)
 from icrlhf.generation.models import Calibration, Candidate, Generation
 from icrlhf.generation.pipeline import MEMORY_NEIGHBOURS
 from icrlhf.generation.prompts import PromptExample, messages_build
-from icrlhf.generation.ranking import calibration_latest
+from icrlhf.generation.ranking import Neighbour, calibration_latest, memory_vote_best
 from icrlhf.generation.services import item_create
 from icrlhf.integrations import llm
+from icrlhf.kinds import kind_of
 from icrlhf.memory.models import Example
 from icrlhf.memory.selectors import examples_recall_anywhere, examples_rivals
 from icrlhf.ops.stack import wait_until
@@ -55,9 +61,9 @@ class Bench:
 
 
 def _bench_build(options: dict[str, Any], stream_size: int) -> Bench:
-    data = settings.SHARED_DATA_DIR / "banking77"
+    data = Path(options["dataset"])
     labels: list[str] = json.loads((data / "categories.json").read_text())
-    held_out, stream = banking77_split(
+    held_out, stream = labelled_split(
         data / "test.csv", seed=options["seed"], test=options["test"], stream=stream_size
     )
     common = {
@@ -81,6 +87,9 @@ def _bench_build(options: dict[str, Any], stream_size: int) -> Bench:
         min_similarity=options["min_similarity"],
         memory_candidates=options["memory_candidates"],
         memory_min_similarity=-1.0,
+        # An intent queue: memory's votes count the label an answer names (unless the run
+        # compares them with votes on the verbatim answer).
+        categories=[] if options["verbatim_votes"] else labels,
         example_framing=options["framing"],
         example_rewards=options["example_rewards"],
         **common,
@@ -165,6 +174,10 @@ class Evaluation:
     llm_calls_saved: float
     confidences: list[float]  # the first candidate's, where the queue was calibrated
     first_right: list[bool]
+    # The best answer from memory alone, as the gateway would serve it: its memory-only
+    # confidence, and whether it named the gold intent (where the queue had that fit).
+    memory_confidences: list[float]
+    memory_right: list[bool]
     missed: list[tuple[Item, Labelled]]  # no candidate named the gold intent
 
 
@@ -175,10 +188,17 @@ def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
     first = accepted = llm_right = llm_total = knn = gold_retrieved = 0
     from_memory = total_candidates = with_examples = in_prompt = related = 0
     confidences, first_right = [], []
+    memory_confidences, memory_right = [], []
     missed = []
     items = _generate(bench, bench.queue, bench.held_out)
+    calibration = calibration_latest(queue_id=bench.queue.pk)
+    memory_fit = calibration.memory_fit if calibration else None
+    kind = kind_of(bench.queue)
     for item, row in zip(items, bench.held_out, strict=True):
         candidates = _candidates(item)
+        if memory_fit and (served := _memory_served(item, memory_fit)):
+            memory_confidences.append(served[1])
+            memory_right.append(served[0] == kind.vote_key(text=row.label, queue=bench.queue))
         named = [label_of(c.text, bench.labels) for c in candidates]
         first += bool(named) and named[0] == row.label
         if candidates and candidates[0].confidence is not None:
@@ -218,7 +238,22 @@ def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
         llm_calls_saved=from_memory / total_candidates if total_candidates else 0.0,
         confidences=confidences,
         first_right=first_right,
+        memory_confidences=memory_confidences,
+        memory_right=memory_right,
         missed=missed,
+    )
+
+
+def _memory_served(item: Item, memory_fit: dict[str, Any]) -> tuple[str, float] | None:
+    """What the gateway would answer from memory alone for this request, read off the
+    neighbours its generation retrieved: the best-scored vote key and its confidence."""
+    generation = item.generations.get()
+    neighbours = [Neighbour.of_json(n) for n in generation.neighbours]
+    return memory_vote_best(
+        keys=[n.key for n in neighbours if not n.rejected],
+        neighbours=neighbours,
+        stored=generation.stored_examples,
+        memory_fit=memory_fit,
     )
 
 
@@ -259,25 +294,42 @@ def _recovery(bench: Bench, missed: list[tuple[Item, Labelled]]) -> Counts:
     return counts
 
 
-def _recommended(calibration: Calibration | None, evaluation: Evaluation) -> dict[str, Any]:
+def _recommended(
+    recommendations: list[dict[str, Any]],
+    confidences: list[float],
+    right: list[bool],
+    prefix: str = "",
+) -> dict[str, Any]:
     """The threshold the queue's routing page recommends for 95% precision (null when it
     recommends none) and the precision the held-out messages then get above it."""
-    recommendation = next(
-        (
-            r
-            for r in (calibration.recommendations if calibration else [])
-            if r["target"] == TARGET_PRECISION
-        ),
-        None,
-    )
+    recommendation = next((r for r in recommendations if r["target"] == TARGET_PRECISION), None)
     threshold = recommendation["threshold"] if recommendation else None
     if threshold is None:
-        return {"recommended_threshold": None, "recommended_precision_heldout": None}
-    (point,) = precision_coverage(evaluation.confidences, evaluation.first_right, [threshold])
+        return {
+            f"{prefix}recommended_threshold": None,
+            f"{prefix}recommended_precision_heldout": None,
+        }
+    (point,) = precision_coverage(confidences, right, [threshold])
     return {
-        "recommended_threshold": threshold,
-        "recommended_precision_heldout": point.precision,
-        "recommended_coverage_heldout": point.coverage,
+        f"{prefix}recommended_threshold": threshold,
+        f"{prefix}recommended_precision_heldout": point.precision,
+        f"{prefix}recommended_coverage_heldout": point.coverage,
+    }
+
+
+def _memory_only(calibration: Calibration | None, evaluation: Evaluation) -> dict[str, Any]:
+    """Answering from memory alone, by the memory-only confidence, on the held-out messages:
+    how calibrated it is, and what its recommended threshold for 95% gives."""
+    fit = calibration.memory_fit if calibration else None
+    if not fit or not evaluation.memory_confidences:
+        return {"memory_calibrated_n": 0}
+    confidences, right = evaluation.memory_confidences, evaluation.memory_right
+    return {
+        "memory_calibrated_n": len(confidences),
+        "memory_accuracy": sum(right) / len(right),
+        "memory_ece": expected_calibration_error(confidences, right),
+        "memory_ece_ci": list(ece_interval(confidences, right)),
+        **_recommended(fit["recommendations"], confidences, right, prefix="memory_"),
     }
 
 
@@ -402,7 +454,13 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
             # which they never are here.
             counts_by_size[size].update(_recovery(bench, evaluation.missed))
         extra_by_size[size] = {
-            **_recommended(calibration, evaluation),
+            **_recommended(
+                calibration.recommendations if calibration else [],
+                evaluation.confidences,
+                evaluation.first_right,
+            ),
+            **_memory_only(calibration, evaluation),
+            "confidence_fit": "isotonic" if calibration and calibration.isotonic else "platt",
             "llm_calls_saved": evaluation.llm_calls_saved,
             **confidence_summary(
                 evaluation.confidences,
@@ -420,6 +478,8 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
         "framing": bench.queue.example_framing,
         "example_rewards": bench.queue.example_rewards,
         "ratings": bench.ratings,
+        "dataset": Path(options["dataset"]).name,
+        "votes": "verbatim" if options["verbatim_votes"] else "label",
         "min_similarity_sweep": sweep,
         "chosen_min_similarity": minimum_choose(sweep, tolerance=options["tolerance"])
         if sweep

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from bench.learning import Labelled, banking77_split
+from bench.learning import Labelled, labelled_split
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.kinds.triage.fields import fields_text
 from icrlhf.memory.models import Example
@@ -122,7 +122,7 @@ def _indexed(queue: Queue) -> None:
 def measure(options: dict[str, Any], *, sizes: list[int]) -> dict[str, Any]:
     data = settings.SHARED_DATA_DIR / "banking77"
     labels: list[str] = json.loads((data / "categories.json").read_text())
-    held_out, stream = banking77_split(
+    held_out, stream = labelled_split(
         data / "test.csv",
         seed=options["seed"],
         test=options["held_out"],

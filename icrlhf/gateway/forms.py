@@ -18,6 +18,7 @@ class RoutingForm(forms.ModelForm[Queue]):
         widgets = {
             "capture_below_similarity": forms.NumberInput(attrs={"step": "0.01"}),
             "memory_answer_threshold": forms.NumberInput(attrs={"step": "0.01"}),
+            "memory_answer_confidence": forms.NumberInput(attrs={"step": "any"}),
             "auto_apply_threshold": forms.NumberInput(attrs={"step": "any"}),
             "reward_threshold": forms.NumberInput(attrs={"step": "any"}),
         }

@@ -15,6 +15,7 @@ from django.db import DatabaseError
 
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
+from icrlhf.generation import ranking
 from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation.prompts import conversation_prompt, messages_build
 from icrlhf.ingest.models import IntegrationToken
@@ -54,6 +55,8 @@ class Plan:
     capture: str = ""
     # A memory answer: the example it came from (not in the prompt: there is no prompt).
     memory_answer: str | None = None
+    # Its memory-only confidence, when the confidence rule chose it.
+    memory_confidence: float | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     model: str = ""
     api_base: str = ""
@@ -117,6 +120,8 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
     run_key = trajectory_key or str((request.metadata or {}).get("trajectory_id") or "")
     holdout = held_out(queue=queue, run_key=run_key)
     threshold = queue.memory_answer_threshold
+    memory_fit = _memory_fit(queue)
+    from_memory = threshold is not None or memory_fit is not None
     started = time.monotonic()
     try:
         recall = examples_recall_anywhere(
@@ -124,7 +129,8 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
             query_text=request_text,
             k=queue.k_examples,
             token_budget=queue.example_token_budget,
-            pool=_ANSWER_POOL if threshold is not None else 0,
+            # The confidence's votes are read off as many neighbours as a generation's.
+            pool=ranking.MEMORY_NEIGHBOURS if memory_fit else _ANSWER_POOL if from_memory else 0,
             signature=signature,
         )
         memory = Call.Memory.USED if recall.examples or recall.neighbours else Call.Memory.EMPTY
@@ -163,6 +169,22 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
     answerable = nearest is not None and not holdout and signature == PLAIN
     if answerable and threshold is not None and nearest is not None and nearest.score >= threshold:
         return replace(retrieved, examples=[nearest], memory_answer=nearest.example.output_text)
+    if answerable and memory_fit is not None and queue.memory_answer_confidence is not None:
+        best = ranking.memory_answer_best(
+            queue=queue,
+            recall=recall,
+            # As the fit saw them: memory candidates are offered from this similarity up.
+            offered=[r for r in servable if r.score >= queue.memory_min_similarity],
+            memory_fit=memory_fit,
+        )
+        if best is not None and best[1] >= queue.memory_answer_confidence:
+            hit, confidence = best
+            return replace(
+                retrieved,
+                examples=[hit],
+                memory_answer=hit.example.output_text,
+                memory_confidence=confidence,
+            )
     # A held-out call is retrieved for all the same (its coverage is measured alike), but
     # nothing retrieved reaches its prompt.
     in_prompt = [] if holdout else recall.examples
@@ -191,6 +213,15 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
         api_base=queue.api_base,
         params=params,
     )
+
+
+def _memory_fit(queue: Queue) -> dict[str, Any] | None:
+    """The queue's memory-only confidence, when it answers from memory by confidence and has
+    one fitted (until then, only its similarity rule can answer from memory)."""
+    if queue.memory_answer_confidence is None:
+        return None
+    calibration = ranking.calibration_latest(queue_id=queue.pk)
+    return calibration.memory_fit if calibration else None
 
 
 def capture_reason(*, queue: Queue, top_score: float | None, memory: str) -> str:

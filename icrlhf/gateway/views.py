@@ -134,6 +134,11 @@ def _headers(call_id: uuid.UUID, plan: services.Plan) -> dict[str, str]:
         "X-Icrlhf-Source": plan.source,
         "X-Icrlhf-Memory": plan.served_memory,
         "X-Icrlhf-Examples": ",".join(f"{r.example.pk}:{r.score:.4f}" for r in plan.examples),
+        **(
+            {"X-Icrlhf-Memory-Confidence": f"{plan.memory_confidence:.4f}"}
+            if plan.memory_confidence is not None
+            else {}
+        ),
     }
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.optimize import isotonic_regression
 from scipy.stats import beta, norm
 
 # An L2 penalty keeps the fit finite when a feature separates the answers perfectly (a queue
@@ -38,6 +39,91 @@ def logistic_fit(
         if float(np.abs(step).max()) < 1e-8:
             break
     return [float(v) for v in w]
+
+
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
+
+
+def platt_fit(
+    scores: Sequence[float], hits: Sequence[bool], weights: Sequence[float]
+) -> list[float]:
+    """A logistic regression of acceptance on the score (each weighted as its item), with one
+    accepted and one rejected pseudo-item at the median score, so that a sample where every
+    one was accepted (or none was) gives a confidence short of certainty."""
+    median = sorted(scores)[len(scores) // 2]
+    rows = [[value] for value in scores] + [[median], [median]]
+    return logistic_fit(rows, [*hits, True, False], [*weights, 1, 1])
+
+
+# Each isotonic step's rate is shrunk by this many pseudo-items toward the whole sample's:
+# a step of three items all accepted is not a promise of 100%.
+_ISOTONIC_PRIOR_ITEMS = 2.0
+
+
+def isotonic_fit(
+    scores: Sequence[float], hits: Sequence[bool], weights: Sequence[float]
+) -> list[list[float]]:
+    """A non-decreasing map from score to acceptance rate (pool-adjacent-violators, weighted):
+    knots [score, rate], one per step at its weighted mean score, read by linear
+    interpolation. Unlike Platt's two parameters it assumes no shape, so it stays calibrated
+    when the rate bends, which a fuller memory makes it do; it needs a few hundred items."""
+    order = np.argsort(np.asarray(scores, dtype=float), kind="stable")
+    x = np.asarray(scores, dtype=float)[order]
+    y = np.asarray(hits, dtype=float)[order]
+    w = np.asarray(weights, dtype=float)[order]
+    steps = isotonic_regression(y, weights=w, increasing=True)
+    overall = float(np.average(y, weights=w))
+    knots: list[list[float]] = []
+    for start, end in zip(steps.blocks[:-1], steps.blocks[1:], strict=True):
+        mass = float(w[start:end].sum())
+        rate = (float(steps.x[start]) * mass + overall * _ISOTONIC_PRIOR_ITEMS) / (
+            mass + _ISOTONIC_PRIOR_ITEMS
+        )
+        centre = float(np.average(x[start:end], weights=w[start:end]))
+        # Shrinking can undo the order between steps of different sizes: keep it.
+        knots.append([centre, max(rate, knots[-1][1]) if knots else rate])
+    return knots
+
+
+@dataclass(frozen=True)
+class ConfidenceMap:
+    """A score → probability map: Platt's two coefficients, or isotonic knots when set."""
+
+    platt: Sequence[float]
+    isotonic: Sequence[Sequence[float]] | None = None
+
+    def __call__(self, value: float) -> float:
+        if self.isotonic:
+            xs = [knot[0] for knot in self.isotonic]
+            ys = [knot[1] for knot in self.isotonic]
+            return float(np.interp(value, xs, ys))
+        return _sigmoid(self.platt[0] + self.platt[1] * value)
+
+
+def brier(confidences: Sequence[float], hits: Sequence[bool]) -> float:
+    """The mean squared gap between each confidence and what happened (lower is better): a
+    proper score, so it rewards a confidence that is both calibrated and sharp."""
+    if not confidences:
+        return 0.0
+    return float(np.mean((np.asarray(confidences) - np.asarray(hits, dtype=float)) ** 2))
+
+
+def ece_interval(
+    confidences: Sequence[float], hits: Sequence[bool], *, resamples: int = 1000, seed: int = 0
+) -> tuple[float, float]:
+    """A 95% bootstrap interval on the expected calibration error (items resampled with
+    replacement): whether an ECE of 0.05 can be told apart from one of 0.08 on these items."""
+    if not confidences:
+        return 0.0, 0.0
+    rng = np.random.default_rng(seed)
+    c, h = np.asarray(confidences), np.asarray(hits, dtype=bool)
+    values = [
+        expected_calibration_error(list(c[draw]), list(h[draw]))
+        for draw in rng.integers(0, len(c), size=(resamples, len(c)))
+    ]
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)
 
 
 @dataclass(frozen=True)

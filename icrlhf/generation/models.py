@@ -27,6 +27,16 @@ class Calibration(models.Model):
     # For each target precision: the lowest threshold whose lower bound reaches it, or why
     # none can be promised yet (calibration.Recommendation).
     recommendations = models.JSONField(default=list)
+    isotonic = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The confidence as an isotonic map ([score, probability] knots), when it "
+        "measured better forward than the logistic fit in top_coefficients.",
+    )
+    # Answering from memory alone (the gateway): the memory-only ranking, its confidence
+    # (platt, isotonic), and its forward ece, curve and recommendations, as above; empty
+    # while too few decided items had a memory candidate.
+    memory_fit = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -56,8 +66,9 @@ class Generation(models.Model):
     messages = models.JSONField(default=list, help_text="The exact messages sent to the model.")
     retrieval_error = models.TextField(blank=True)
     retrieval_ms = models.PositiveIntegerField(null=True, blank=True)
-    # For the ranking: the nearest stored preferred examples ({score, answer_key}), and how
-    # many preferred examples the queue had.
+    # For the ranking: the nearest stored preferred examples ({score, vote_key}), then the
+    # nearest rejected ones ({score, vote_key, rejected: true}; before votes were keyed by
+    # the kind, {score, answer_key}), and how many preferred examples the queue had.
     neighbours = models.JSONField(default=list, blank=True)
     stored_examples = models.PositiveIntegerField(default=0)
     # The queue's minimum similarity when this generation retrieved (empty: it did not), and

@@ -32,9 +32,7 @@ logger = logging.getLogger(__name__)
 # a second or two at most (the store and the embedder time out sooner), so a worker killed
 # mid-prepare delays its generation by a minute, not five.
 _PREPARE_LEASE = timedelta(minutes=1)
-# Memory candidates are drawn from this many nearest stored requests, not only from the k in
-# the prompt: near neighbours often share one answer, and distinct answers are what is offered.
-MEMORY_NEIGHBOURS = 20
+MEMORY_NEIGHBOURS = ranking.MEMORY_NEIGHBOURS
 
 
 # Broker priorities 0 (served first) to 9: CELERY_BROKER_TRANSPORT_OPTIONS["priority_steps"].
@@ -135,10 +133,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             messages=messages,
             retrieval_error=retrieval_error,
             retrieval_ms=retrieval_ms,
-            neighbours=[
-                {"score": hit.score, "answer_key": ranking.answer_key(hit.example.output_text)}
-                for hit in recall.neighbours
-            ],
+            neighbours=ranking.neighbours_json(queue=queue, recall=recall),
             stored_examples=memory_selectors.preferred_count(queue=queue),
             min_similarity=recall.minimum,
             below_minimum=[
@@ -184,14 +179,16 @@ def _memory_candidates_fill(
 ) -> int:
     """Offer the preferred answers of the closest stored examples as the first candidates:
     an answer reviewers already accepted for a near-identical request is often the right
-    one, and it costs no LLM call. Distinct answers only, nearest first."""
+    one, and it costs no LLM call. Distinct answers only (by the kind's vote key: one offer
+    per intent or per ticket category and priority), nearest first."""
+    kind = kind_of(queue)
     offers: list[memory_selectors.RetrievedExample] = []
-    seen = set(present)
+    seen = {kind.vote_key(text=text, queue=queue) for text in present}
     for hit in neighbours:
-        text = hit.example.output_text.strip()
-        if hit.score < queue.memory_min_similarity or text in seen:
+        key = kind.vote_key(text=hit.example.output_text.strip(), queue=queue)
+        if hit.score < queue.memory_min_similarity or key in seen:
             continue
-        seen.add(text)
+        seen.add(key)
         offers.append(hit)
     offers = offers[: min(queue.memory_candidates, len(pending))]
     now = timezone.now()

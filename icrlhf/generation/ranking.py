@@ -15,38 +15,57 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from icrlhf.generation.calibration import ConfidenceMap
 from icrlhf.generation.models import Calibration, Candidate, Generation
 from icrlhf.integrations import embeddings, vectors
 from icrlhf.kinds import kind_of
-from icrlhf.queues.models import Item
+from icrlhf.kinds.labels import answer_key
+from icrlhf.memory import selectors as memory_selectors
+from icrlhf.memory.selectors import Recall, RetrievedExample
+from icrlhf.queues.models import Item, Queue
+
+__all__ = ["answer_key"]  # where the review app and insights import it from
 
 logger = logging.getLogger(__name__)
 
-FEATURES = ("vote", "support", "nearest", "relevance", "agree", "memory", "knowledge")
+FEATURES = ("vote", "support", "nearest", "relevance", "agree", "memory", "knowledge", "against")
+# Memory candidates and the ranking's votes are drawn from this many nearest stored requests,
+# not only from the k in the prompt: near neighbours often share one answer, and distinct
+# answers are what is offered.
+MEMORY_NEIGHBOURS = 20
+# What the gateway knows of an answer from memory before it serves one: no model answer to
+# agree with, none embedded.
+MEMORY_FEATURES = ("vote", "support", "nearest", "knowledge", "against")
 # Votes are similarity to this power: a near-identical request counts far more than a loosely
 # related one (on Banking77 the best of 1, 2, 4 and 8 with the others).
 VOTE_POWER = 4
 # The order before a queue is calibrated: memory's weighted vote, then how close the nearest
 # request that had this answer is, then the answer's relevance to the request.
-PRIOR_COEFFICIENTS = (-5.0, 3.0, 3.0, 0.0, 3.0, 1.0, 0.0, 0.0)
+PRIOR_COEFFICIENTS = (-5.0, 3.0, 3.0, 0.0, 3.0, 1.0, 0.0, 0.0, -3.0)
 
 
 @dataclass(frozen=True)
 class Neighbour:
-    """A stored preferred example near the request, as the ranking needs it."""
+    """A stored example near the request, as the ranking needs it."""
 
     score: float  # cosine similarity of its request to this one
-    answer_key: str
+    key: str  # what its answer votes for (the kind's vote key)
+    rejected: bool = False  # a reviewer turned this answer down: a vote against it
 
-
-def answer_key(text: str) -> str:
-    """Two answers count as the same when they differ only in case and whitespace."""
-    return hashlib.sha256(" ".join(text.casefold().split()).encode()).hexdigest()[:20]
+    @classmethod
+    def of_json(cls, stored: dict[str, Any]) -> "Neighbour":
+        # Generations ranked before votes were keyed by the kind kept the answer's own key.
+        return cls(
+            stored["score"],
+            stored.get("vote_key") or stored["answer_key"],
+            stored.get("rejected", False),
+        )
 
 
 def features_of(
@@ -58,33 +77,54 @@ def features_of(
     other_keys: Sequence[str],
     stored: int,
 ) -> dict[str, float]:
-    """What is known about one candidate before a reviewer sees it:
+    """What is known about one candidate before a reviewer sees it. Answers are compared by
+    the kind's vote key (an intent's label, a ticket's category and priority), so that
+    answers worded apart but meaning the same pool their votes:
 
-    vote       share of the neighbours' similarity-weighted votes that went to this answer
-    support    similarity of the nearest neighbour whose answer this is (0: none)
-    nearest    similarity of the nearest neighbour at all: how well memory covers the request
+    vote       share of the preferred neighbours' similarity-weighted votes for this answer
+    support    similarity of the nearest preferred neighbour whose answer this is (0: none)
+    nearest    similarity of the nearest preferred neighbour: how well memory covers it
     relevance  cosine similarity of the answer to the request
     agree      share of the other candidates that gave the same answer
     memory     1 for an answer offered from memory, 0 for the model's
     knowledge  log(1 + preferred examples the queue had): the same similarity means more in
                a fuller memory
+    against    share of all the neighbours' weighted votes (preferred and rejected) that are
+               rejections of this answer: reviewers turned it down for similar requests
     """
     weights = [max(n.score, 0.0) ** VOTE_POWER for n in neighbours]
-    mine = [(w, n) for w, n in zip(weights, neighbours, strict=True) if n.answer_key == key]
+    weighted = list(zip(weights, neighbours, strict=True))
+    preferred = [(w, n) for w, n in weighted if not n.rejected]
+    mine = [(w, n) for w, n in preferred if n.key == key]
+    preferred_total = sum(w for w, _ in preferred)
     total = sum(weights)
     return {
-        "vote": sum(w for w, _ in mine) / total if total else 0.0,
+        "vote": sum(w for w, _ in mine) / preferred_total if preferred_total else 0.0,
         "support": max((n.score for _, n in mine), default=0.0),
-        "nearest": max((n.score for n in neighbours), default=0.0),
+        "nearest": max((n.score for _, n in preferred), default=0.0),
         "relevance": relevance,
         "agree": sum(k == key for k in other_keys) / len(other_keys) if other_keys else 0.0,
         "memory": 1.0 if from_memory else 0.0,
         "knowledge": math.log1p(stored),
+        "against": sum(w for w, n in weighted if n.rejected and n.key == key) / total
+        if total
+        else 0.0,
     }
 
 
-def _sigmoid(z: float) -> float:
-    return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
+def neighbours_json(*, queue: Queue, recall: Recall) -> list[dict[str, Any]]:
+    """What the ranking keeps of a generation's retrieval: each near preferred example's
+    similarity and the vote key of its answer, then the rejected ones, flagged."""
+    kind = kind_of(queue)
+    return [
+        {
+            "score": hit.score,
+            "vote_key": kind.vote_key(text=hit.example.output_text, queue=queue),
+            **({"rejected": True} if rejected else {}),
+        }
+        for hits, rejected in ((recall.neighbours, False), (recall.rejected, True))
+        for hit in hits
+    ]
 
 
 def score(
@@ -97,9 +137,56 @@ def score(
     )
 
 
-def confidence(top_score: float, top_coefficients: Sequence[float]) -> float:
+def confidence(top_score: float, calibration: Calibration) -> float:
     """The calibrated probability that a candidate with this score, ranked first, is accepted."""
-    return _sigmoid(top_coefficients[0] + top_coefficients[1] * top_score)
+    return ConfidenceMap(calibration.top_coefficients, calibration.isotonic)(top_score)
+
+
+def memory_confidence(features: dict[str, float], memory_fit: dict[str, Any]) -> float:
+    """The calibrated probability that an answer from memory alone, with these features and
+    the best memory-only score, is what a reviewer would keep (`Calibration.memory_fit`)."""
+    value = score(features, memory_fit["coefficients"], memory_fit["features"])
+    return ConfidenceMap(memory_fit["platt"], memory_fit["isotonic"])(value)
+
+
+def memory_vote_best(
+    *, keys: Sequence[str], neighbours: Sequence[Neighbour], stored: int, memory_fit: dict[str, Any]
+) -> tuple[str, float] | None:
+    """Of the answers memory could give (`keys`: vote keys), the one the memory-only fit
+    scores highest, with its calibrated confidence; None with none to give."""
+    best: tuple[float, str, dict[str, float]] | None = None
+    for key in dict.fromkeys(keys):
+        features = features_of(
+            key=key,
+            relevance=0.0,
+            from_memory=True,
+            neighbours=neighbours,
+            other_keys=[],
+            stored=stored,
+        )
+        value = score(features, memory_fit["coefficients"], memory_fit["features"])
+        if best is None or value > best[0]:
+            best = (value, key, features)
+    return None if best is None else (best[1], memory_confidence(best[2], memory_fit))
+
+
+def memory_answer_best(
+    *, queue: Queue, recall: Recall, offered: Sequence[RetrievedExample], memory_fit: dict[str, Any]
+) -> tuple[RetrievedExample, float] | None:
+    """Of the stored answers `offered`, the one the memory-only fit scores highest (the
+    nearest example giving it), with its calibrated confidence: what the gateway serves above
+    the queue's confidence. The features are read off this retrieval as a generation's are."""
+    kind = kind_of(queue)
+    nearest_of: dict[str, RetrievedExample] = {}
+    for hit in sorted(offered, key=lambda h: -h.score):
+        nearest_of.setdefault(kind.vote_key(text=hit.example.output_text, queue=queue), hit)
+    best = memory_vote_best(
+        keys=list(nearest_of),
+        neighbours=[Neighbour.of_json(n) for n in neighbours_json(queue=queue, recall=recall)],
+        stored=memory_selectors.preferred_count(queue=queue),
+        memory_fit=memory_fit,
+    )
+    return None if best is None else (nearest_of[best[0]], best[1])
 
 
 def calibration_latest(*, queue_id: int) -> Calibration | None:
@@ -139,9 +226,9 @@ def generation_rank(*, generation_id: int) -> bool:
     kind = kind_of(queue)
     done = list(generation.candidates.filter(status=Candidate.Status.DONE).order_by("position"))
     answers = [kind.example_text(text=c.text, fields=c.fields) for c in done]
-    keys = [answer_key(answer) for answer in answers]
+    keys = [kind.vote_key(text=answer, queue=queue) for answer in answers]
     relevances = _relevances(generation.item.input_text, answers)
-    neighbours = [Neighbour(n["score"], n["answer_key"]) for n in generation.neighbours]
+    neighbours = [Neighbour.of_json(n) for n in generation.neighbours]
     calibration = calibration_latest(queue_id=queue.pk)
     scored = []
     for index, candidate in enumerate(done):
@@ -182,11 +269,7 @@ def generation_rank(*, generation_id: int) -> bool:
             Candidate.objects.filter(pk=candidate.pk).update(
                 rank=position + 1,
                 ranking_features=features,
-                confidence=(
-                    confidence(value, calibration.top_coefficients)
-                    if calibration and first
-                    else None
-                ),
+                confidence=(confidence(value, calibration) if calibration and first else None),
                 **({"position": position} if reorder else {}),
             )
         if reorder:

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from icrlhf.kinds.labels import answer_key, label_named
 from icrlhf.queues.models import Item, Queue
 
 
@@ -56,6 +57,13 @@ class QueueKind:
     def example_text(self, *, text: str, fields: dict[str, str] | None) -> str:
         """The text a candidate is remembered by."""
         return text
+
+    def vote_key(self, *, text: str, queue: Queue) -> str:
+        """What memory's votes are counted on for an answer (as `example_text` gives it): the
+        label it names when the queue lists labels (an intent queue: "card_arrival" and
+        "Card_arrival." are one vote), else the answer's own words."""
+        label = label_named(text, queue.categories) if queue.categories else ""
+        return f"label:{label}" if label else answer_key(text)
 
     def final(
         self, *, picked_fields: dict[str, str] | None, corrections: dict[str, str], queue: Queue

@@ -39,6 +39,9 @@ class Recall:
     # never used, kept so that a reviewer can see what the minimum left out.
     below_minimum: list[RetrievedExample] = field(default_factory=list)
     minimum: float | None = None  # the minimum similarity applied (None: nothing retrieved)
+    # Up to `pool` active rejected examples at or above the minimum, nearest first: answers
+    # reviewers turned down for similar requests, which the ranking counts as votes against.
+    rejected: list[RetrievedExample] = field(default_factory=list)
 
 
 def examples_recall(
@@ -77,7 +80,7 @@ def examples_recall(
         collection=collection, vector=vector, ids=[e.pk for e in pinned]
     )
     pinned.sort(key=lambda e: -pinned_scores.get(e.pk, 0.0))
-    live = _live_hits(
+    live, rejected = _live_hits(
         queue_id=queue.pk,
         collection=collection,
         vector=vector,
@@ -132,6 +135,12 @@ def examples_recall(
             for rank, (score, example) in enumerate(below, start=1)
         ],
         minimum=minimum,
+        rejected=[
+            RetrievedExample(example=example, score=hit.score, rank=rank)
+            for rank, (hit, example) in enumerate(
+                [(hit, e) for hit, e in rejected if hit.score >= minimum][:pool], start=1
+            )
+        ],
     )
 
 
@@ -152,9 +161,10 @@ def _live_hits(
     needed: int,
     minimum: float,
     signature: Signature,
-) -> list[tuple[vectors.Hit, Example]]:
+) -> tuple[list[tuple[vectors.Hit, Example]], list[tuple[vectors.Hit, Example]]]:
     """Up to `limit` nearest active preferred examples, with their rows, those below the
-    minimum similarity included (the caller keeps them out of use and records them).
+    minimum similarity included (the caller keeps them out of use and records them); and the
+    active rejected examples among the same hits, nearest first.
 
     First without a filter: a collection also holds rejected and retired examples, and the
     embedded store checks a filter point by point (at 10k points ~40× slower than a plain
@@ -171,14 +181,14 @@ def _live_hits(
         with_vectors=False,  # building every hit's vector costs more than the search
         payload_fields=("queue_id", "role", "status"),
     )
-    live = _live_of(plain, limit=limit, queue_id=queue_id, signature=signature)
+    live, rejected = _live_of(plain, limit=limit, queue_id=queue_id, signature=signature)
     above = sum(hit.score >= minimum for hit, _ in live)
     if (
         above < needed
         and len(plain) == limit * _CROWDING
         and all(hit.score >= minimum for hit in plain)
     ):
-        return _live_of(
+        live, _ = _live_of(
             vectors.search(
                 collection=collection,
                 vector=vector,
@@ -196,32 +206,37 @@ def _live_hits(
     stored = vectors.vectors_of(collection=collection, ids=[hit.id for hit, _ in live])
     return [
         (replace(hit, vector=stored[hit.id]), example) for hit, example in live if hit.id in stored
-    ]
+    ], rejected
 
 
 def _live_of(
     hits: list[vectors.Hit], *, limit: int, queue_id: int, signature: Signature
-) -> list[tuple[vectors.Hit, Example]]:
+) -> tuple[list[tuple[vectors.Hit, Example]], list[tuple[vectors.Hit, Example]]]:
     """The first `limit` hits whose points and rows are the queue's active preferred
-    examples that the signature admits: the database is the source of truth, so a point
-    whose row is gone or changed is stale, and a point or row of another queue (a store
-    shared wrongly, a collection left from another install) is never anyone's example here."""
+    examples that the signature admits, and the first `limit` that are its active rejected
+    ones: the database is the source of truth, so a point whose row is gone or changed is
+    stale, and a point or row of another queue (a store shared wrongly, a collection left
+    from another install) is never anyone's example here."""
     candidates = [
         hit
         for hit in hits
         if hit.payload.get("queue_id") == queue_id
-        and hit.payload.get("role") == Example.Role.PREFERRED
         and hit.payload.get("status") == Example.Status.ACTIVE
     ]
     rows = Example.objects.filter(queue_id=queue_id).in_bulk([hit.id for hit in candidates])
-    return [
-        (hit, rows[hit.id])
-        for hit in candidates
-        if hit.id in rows
-        and rows[hit.id].role == Example.Role.PREFERRED
-        and rows[hit.id].status == Example.Status.ACTIVE
-        and _admitted(rows[hit.id], signature)
-    ][:limit]
+
+    def of_role(role: str) -> list[tuple[vectors.Hit, Example]]:
+        return [
+            (hit, rows[hit.id])
+            for hit in candidates
+            if hit.payload.get("role") == role
+            and hit.id in rows
+            and rows[hit.id].role == role
+            and rows[hit.id].status == Example.Status.ACTIVE
+            and _admitted(rows[hit.id], signature)
+        ][:limit]
+
+    return of_role(Example.Role.PREFERRED), of_role(Example.Role.REJECTED)
 
 
 def examples_recall_anywhere(
@@ -271,9 +286,10 @@ def examples_recall_anywhere(
         raise
     except Exception as error:  # the broker is down, the task failed in the worker
         raise vectors.VectorStoreUnavailable(f"Retrieval failed: {error}") from error
-    below = found.get("below_minimum", [])  # absent from a worker older than the web process
+    # Absent from a worker older than the web process.
+    below, rejected = found.get("below_minimum", []), found.get("rejected", [])
     rows = Example.objects.in_bulk(
-        [pair[0] for pair in found["examples"] + found["neighbours"] + below]
+        [pair[0] for pair in found["examples"] + found["neighbours"] + below + rejected]
     )
 
     def retrieved(pairs: list[list[Any]]) -> list[RetrievedExample]:
@@ -288,6 +304,7 @@ def examples_recall_anywhere(
         neighbours=retrieved(found["neighbours"]),
         below_minimum=retrieved(below),
         minimum=found.get("minimum", queue.min_similarity),
+        rejected=retrieved(rejected),
     )
 
 

@@ -94,4 +94,5 @@ def examples_recall(
         "neighbours": [[str(r.example.pk), r.score] for r in recall.neighbours],
         "below_minimum": [[str(r.example.pk), r.score] for r in recall.below_minimum],
         "minimum": recall.minimum,
+        "rejected": [[str(r.example.pk), r.score] for r in recall.rejected],
     }

@@ -91,6 +91,15 @@ class Queue(models.Model):
         help_text="Gateway calls whose nearest preferred example is at least this similar "
         "(cosine) get its answer, with no LLM call. Empty: always ask the model.",
     )
+    memory_answer_confidence = models.FloatField(
+        "answer from memory at confidence",
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0.5), MaxValueValidator(1.0)],
+        help_text="Gateway calls whose best answer from memory is at least this likely to be "
+        "what a reviewer keeps (the memory-only confidence, calibrated on this queue's "
+        "decisions) get it, with no LLM call. Empty: off. Either rule answers from memory.",
+    )
     reward_threshold = models.FloatField(
         "store rewarded runs as memory at reward",
         null=True,
@@ -182,7 +191,9 @@ class Queue(models.Model):
     categories = models.JSONField(
         default=list,
         blank=True,
-        help_text="Triage queues: the categories a ticket can be filed under.",
+        help_text="The labels an answer is one of: a triage queue files tickets under them; "
+        "in a general queue whose answers are labels (intents), memory's votes count the label "
+        "an answer names, not its exact words.",
     )
     webhook_url = models.URLField(
         blank=True,

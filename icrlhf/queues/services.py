@@ -14,6 +14,7 @@ GATEWAY_FIELDS = (
     "capture_below_similarity",
     "holdout_percent",
     "memory_answer_threshold",
+    "memory_answer_confidence",
     "memory_answers_need_approval",
 )
 AUTOMATION_FIELDS = ("auto_apply_threshold", "audit_percent", "blind_percent")

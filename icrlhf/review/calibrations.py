@@ -3,15 +3,16 @@ candidate when it was generated, and whether the reviewer then accepted it as it
 
 import logging
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from icrlhf.generation import calibration as fitting
 from icrlhf.generation.models import Calibration, Candidate
 from icrlhf.generation.ranking import (
     FEATURES,
+    MEMORY_FEATURES,
     PRIOR_COEFFICIENTS,
     answer_key,
     calibration_latest,
-    confidence,
     score,
 )
 from icrlhf.kinds import kind_of
@@ -33,6 +34,9 @@ CURVE_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99)
 # for 95%).
 TARGET_PRECISIONS = (0.9, 0.95, 0.98, 0.99)
 MIN_ITEMS_ABOVE = 30
+# From this many scored items on, the confidence may be an isotonic map instead of Platt's
+# curve, if it measures better forward (Brier score): below, its steps would be noise.
+ISOTONIC_MIN_ITEMS = 200
 
 
 @dataclass(frozen=True)
@@ -101,18 +105,21 @@ def samples_of(queue: Queue) -> list[Sample]:
     return samples
 
 
-def _fit(samples: list[Sample]) -> list[float]:
-    rows = [row for s in samples for row in s.features]
+def _fit(samples: list[Sample], names: tuple[str, ...] = FEATURES) -> list[float]:
+    columns = [FEATURES.index(name) for name in names]
+    rows = [[row[c] for c in columns] for s in samples for row in s.features]
     accepted = [hit for s in samples for hit in s.accepted]
     weights = [s.weight for s in samples for _ in s.features]
     return fitting.logistic_fit(rows, accepted, weights)
 
 
-def _top(sample: Sample, coefficients: list[float]) -> tuple[float, bool]:
+def _top(
+    sample: Sample, coefficients: list[float], names: tuple[str, ...] = FEATURES
+) -> tuple[float, bool]:
     """The score of the candidate ranked first, and whether it was accepted."""
     return max(
         (
-            (score(dict(zip(FEATURES, row, strict=True)), coefficients), hit)
+            (score(dict(zip(FEATURES, row, strict=True)), coefficients, names), hit)
             for row, hit in zip(sample.features, sample.accepted, strict=True)
         ),
         key=lambda pair: pair[0],
@@ -128,37 +135,118 @@ def forward_blocks(count: int) -> list[tuple[int, int]]:
     return [(edges[index], edges[index + 1]) for index in range(1, FOLDS + 1)]
 
 
-def out_of_fold(samples: list[Sample]) -> list[tuple[float, bool]]:
+def out_of_fold(
+    samples: list[Sample], names: tuple[str, ...] = FEATURES
+) -> list[tuple[float, bool]]:
     """The top score of each item after the first block, from a ranking fitted on the items
     decided before its block: how the ranking will do on items it has not seen."""
     tops = []
     for start, end in forward_blocks(len(samples)):
-        coefficients = _fit(samples[:start])
-        tops += [_top(sample, coefficients) for sample in samples[start:end]]
+        coefficients = _fit(samples[:start], names)
+        tops += [_top(sample, coefficients, names) for sample in samples[start:end]]
     return tops
 
 
-def _platt(tops: list[tuple[float, bool]], weights: list[float]) -> list[float]:
-    """The confidence's fit: a logistic regression of acceptance on the top score (each
-    weighted as its item), with one accepted and one rejected pseudo-item at the median score,
-    so that a sample where every top was accepted (or none was) gives a confidence short of
-    certainty."""
-    median = sorted(value for value, _ in tops)[len(tops) // 2]
-    rows = [[value] for value, _ in tops] + [[median], [median]]
-    return fitting.logistic_fit(rows, [hit for _, hit in tops] + [True, False], [*weights, 1, 1])
+def _confidence_map(
+    tops: list[tuple[float, bool]], weights: list[float], *, isotonic: bool
+) -> fitting.ConfidenceMap:
+    """The confidence's fit on these tops: Platt's curve, and with `isotonic` and enough
+    items, an isotonic map (Platt's curve kept beside it)."""
+    scores, hits = [value for value, _ in tops], [hit for _, hit in tops]
+    platt = fitting.platt_fit(scores, hits, weights)
+    if isotonic and len(tops) >= ISOTONIC_MIN_ITEMS:
+        return fitting.ConfidenceMap(platt, fitting.isotonic_fit(scores, hits, weights))
+    return fitting.ConfidenceMap(platt)
 
 
 def _confidences_forward(
-    tops: list[tuple[float, bool]], weights: list[float]
+    tops: list[tuple[float, bool]], weights: list[float], *, isotonic: bool
 ) -> list[tuple[float, bool]]:
     """Each top's confidence from a confidence fit on the tops before its block (forward
     again), with whether it was accepted: what the ECE and the curve are computed on, so that
     they say how the confidence does on items decided later. The first block has none."""
     scored = []
     for start, end in forward_blocks(len(tops)):
-        coefficients = _platt(tops[:start], weights[:start])
-        scored += [(confidence(value, coefficients), hit) for value, hit in tops[start:end]]
+        mapped = _confidence_map(tops[:start], weights[:start], isotonic=isotonic)
+        scored += [(mapped(value), hit) for value, hit in tops[start:end]]
     return scored
+
+
+@dataclass(frozen=True)
+class ConfidenceFit:
+    """A confidence fitted on a ranking's forward tops, and how it did forward."""
+
+    mapped: fitting.ConfidenceMap
+    ece: float
+    curve: list[dict[str, Any]]
+    recommendations: list[dict[str, Any]]
+
+
+def _confidence_fit(tops: list[tuple[float, bool]], weights: list[float]) -> ConfidenceFit:
+    """Platt's curve while items are few; from ISOTONIC_MIN_ITEMS on, an isotonic map if its
+    forward confidences (isotonic for the blocks fitted on that many, Platt before) score
+    better than Platt's alone on the same later items. The ECE, the curve and the
+    recommendations are the chosen fit's, forward."""
+    forward = _confidences_forward(tops, weights, isotonic=False)
+    isotonic = False
+    if len(tops) >= ISOTONIC_MIN_ITEMS:
+        bent = _confidences_forward(tops, weights, isotonic=True)
+        if fitting.brier(*zip(*bent, strict=True)) < fitting.brier(*zip(*forward, strict=True)):
+            forward, isotonic = bent, True
+    confidences, hits = [c for c, _ in forward], [hit for _, hit in forward]
+    return ConfidenceFit(
+        mapped=_confidence_map(tops, weights, isotonic=isotonic),
+        ece=fitting.expected_calibration_error(confidences, hits),
+        curve=[
+            asdict(point)
+            for point in fitting.precision_coverage(confidences, hits, CURVE_THRESHOLDS)
+        ],
+        recommendations=[
+            asdict(fitting.threshold_recommend(confidences, hits, target, MIN_ITEMS_ABOVE))
+            for target in TARGET_PRECISIONS
+        ],
+    )
+
+
+def _enough_of_each(tops: list[tuple[float, bool]]) -> bool:
+    hits = [hit for _, hit in tops]
+    return min(sum(hits), len(hits) - sum(hits)) >= MIN_EACH_OUTCOME
+
+
+def _memory_only(samples: list[Sample]) -> dict[str, Any] | None:
+    """The confidence of answering from memory alone, as the gateway does: each item's
+    memory candidates only, scored by what memory says of them (no model answer to agree
+    with, no answer to embed), fitted forward like the ranking. None while too few decided
+    items had a memory candidate, or too few of them were accepted or turned down."""
+    memory = FEATURES.index("memory")
+    offered = [
+        Sample(
+            item_id=s.item_id,
+            features=[row for row in s.features if row[memory]],
+            accepted=[hit for row, hit in zip(s.features, s.accepted, strict=True) if row[memory]],
+            weight=s.weight,
+        )
+        for s in samples
+        if any(row[memory] for row in s.features)
+    ]
+    if len(offered) < MIN_ITEMS:
+        return None
+    tops = out_of_fold(offered, MEMORY_FEATURES)
+    if not _enough_of_each(tops):
+        return None
+    predicted = offered[len(offered) - len(tops) :]
+    fit = _confidence_fit(tops, [s.weight for s in predicted])
+    return {
+        "features": list(MEMORY_FEATURES),
+        "coefficients": _fit(offered, MEMORY_FEATURES),
+        "platt": list(fit.mapped.platt),
+        "isotonic": fit.mapped.isotonic,
+        "items": len(offered),
+        "accepted_share": sum(hit for _, hit in tops) / len(tops),
+        "ece": fit.ece,
+        "curve": fit.curve,
+        "recommendations": fit.recommendations,
+    }
 
 
 def calibration_fit(*, queue: Queue) -> Calibration | None:
@@ -168,7 +256,9 @@ def calibration_fit(*, queue: Queue) -> Calibration | None:
     The ranking is fitted on every candidate, and kept only if, forward, it puts an
     accepted answer first more often than the prior does (early decisions, made while memory
     was empty, teach a ranking little). The confidence is then fitted on the chosen
-    ranking's forward top scores: fitted on in-sample ones it would be overconfident."""
+    ranking's forward top scores: fitted on in-sample ones it would be overconfident. Every
+    feature was read off memory as it was when its item was generated (stored on the
+    candidate then), so no item is scored with the memory its own decision made."""
     samples = samples_of(queue)
     if len(samples) < MIN_ITEMS:
         return None
@@ -179,29 +269,22 @@ def calibration_fit(*, queue: Queue) -> Calibration | None:
     coefficients = _fit(samples)
     if sum(hit for _, hit in prior_tops) > sum(hit for _, hit in tops):
         tops, coefficients = prior_tops, list(PRIOR_COEFFICIENTS)
-    hits = [hit for _, hit in tops]
-    if min(sum(hits), len(hits) - sum(hits)) < MIN_EACH_OUTCOME:
+    if not _enough_of_each(tops):
         return None
-    weights = [sample.weight for sample in predicted]
-    scored = _confidences_forward(tops, weights)
-    confidences, later_hits = [c for c, _ in scored], [hit for _, hit in scored]
+    fit = _confidence_fit(tops, [sample.weight for sample in predicted])
     return Calibration.objects.create(
         queue=queue,
         features=list(FEATURES),
         coefficients=coefficients,
-        top_coefficients=_platt(tops, weights),
+        top_coefficients=list(fit.mapped.platt),
+        isotonic=fit.mapped.isotonic,
         items=len(samples),
         candidates=sum(len(s.accepted) for s in samples),
-        accepted_share=sum(hits) / len(hits),
-        ece=fitting.expected_calibration_error(confidences, later_hits),
-        curve=[
-            asdict(point)
-            for point in fitting.precision_coverage(confidences, later_hits, CURVE_THRESHOLDS)
-        ],
-        recommendations=[
-            asdict(fitting.threshold_recommend(confidences, later_hits, target, MIN_ITEMS_ABOVE))
-            for target in TARGET_PRECISIONS
-        ],
+        accepted_share=sum(hit for _, hit in tops) / len(tops),
+        ece=fit.ece,
+        curve=fit.curve,
+        recommendations=fit.recommendations,
+        memory_fit=_memory_only(samples),
     )
 
 

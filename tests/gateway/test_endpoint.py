@@ -12,7 +12,9 @@ import pytest
 from django.test import Client
 
 from icrlhf.gateway.models import Call
+from icrlhf.generation.models import Calibration
 from icrlhf.generation.prompts import PromptExample, examples_sent
+from icrlhf.generation.ranking import FEATURES, MEMORY_FEATURES
 from icrlhf.generation.services import item_create
 from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example
@@ -162,6 +164,59 @@ def test_memory_answers_skip_the_model_plain_and_streamed(
     assert fixed_llm.calls == calls_before + 1
     wait_for(lambda: queue.calls.count() == 3, what="three calls logged")
     assert sorted(queue.calls.values_list("source", flat=True)) == ["memory", "memory", "model"]
+
+
+def test_memory_answers_by_calibrated_confidence(
+    gateway_process: GatewayProcess, fixed_llm: FixedLatencyLLM
+) -> None:
+    """The confidence rule: the best stored answer, scored by the queue's memory-only fit on
+    what memory says of it (votes for and against, nearness), is served above the queue's
+    confidence and never below it; without a fitted confidence the rule cannot answer."""
+    queue = QueueFactory(n_candidates=2, memory_candidates=0, memory_answer_confidence=0.8)
+    client = client_for(gateway_process, queue)
+    preferred = decided_in_workbench(queue, CARD).examples.get(role=Example.Role.PREFERRED)
+    calls_before = fixed_llm.calls
+
+    def asked(text: str) -> Any:
+        return client.chat.completions.with_raw_response.create(
+            model=queue.slug, messages=[{"role": "user", "content": text}]
+        )
+
+    assert asked(CARD).headers["X-Icrlhf-Source"] == "model"  # nothing fitted yet
+    vote = 1 + MEMORY_FEATURES.index("vote")
+    coefficients = [-2.0] + [0.0] * len(MEMORY_FEATURES)
+    coefficients[vote] = 5.0  # confidence sigmoid(-2 + 5 × vote share): 0.95 for a sole vote
+    Calibration.objects.create(
+        queue=queue,
+        features=list(FEATURES),
+        coefficients=[0.0] * (len(FEATURES) + 1),
+        top_coefficients=[0.0, 1.0],
+        items=60,
+        candidates=120,
+        accepted_share=0.7,
+        memory_fit={
+            "features": list(MEMORY_FEATURES),
+            "coefficients": coefficients,
+            "platt": [0.0, 1.0],
+            "isotonic": None,
+            "items": 60,
+            "accepted_share": 0.7,
+            "ece": 0.04,
+            "curve": [],
+            "recommendations": [],
+        },
+    )
+    raw = asked(CARD)
+    assert raw.parse().choices[0].message.content == preferred.output_text
+    assert raw.headers["X-Icrlhf-Source"] == "memory"
+    assert float(raw.headers["X-Icrlhf-Memory-Confidence"]) == pytest.approx(0.9526, abs=1e-3)
+    assert fixed_llm.calls == calls_before + 1  # the first call only
+
+    Queue.objects.filter(pk=queue.pk).update(memory_answer_confidence=0.99)
+    held_back = asked(CARD)
+    assert held_back.headers["X-Icrlhf-Source"] == "model"
+    assert "X-Icrlhf-Memory-Confidence" not in held_back.headers
+    assert fixed_llm.calls == calls_before + 2
 
 
 def test_a_captured_call_reviewed_in_the_workbench_answers_the_next_similar_call(

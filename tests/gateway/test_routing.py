@@ -262,3 +262,67 @@ def test_the_curator_picks_the_automation_threshold_from_the_queues_own_curve() 
     assert f"{curator.username}: off → 0.9" in history
     low = page.post(f"/q/{queue.slug}/routing/", {**RULES, "auto_apply_threshold": "0.3"})
     assert low.status_code == 400 and "greater than or equal to 0.5" in low.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_curator_sets_answering_from_memory_by_confidence_from_its_own_evidence() -> None:
+    curator = UserFactory()
+    reviewer = UserFactory()
+    queue = QueueFactory(curators=[curator], members=[reviewer])
+    page = client_of(curator)
+    assert "No memory-only confidence yet" in page.get(f"/q/{queue.slug}/routing/").content.decode()
+    Calibration.objects.create(
+        queue=queue,
+        features=list(FEATURES),
+        coefficients=[0.0] * (len(FEATURES) + 1),
+        top_coefficients=[0.0, 1.0],
+        items=300,
+        candidates=1200,
+        accepted_share=0.8,
+        memory_fit={
+            "features": ["vote"],
+            "coefficients": [0.0, 1.0],
+            "platt": [0.0, 1.0],
+            "isotonic": None,
+            "items": 240,
+            "accepted_share": 0.74,
+            "ece": 0.027,
+            "curve": [
+                {
+                    "threshold": 0.9,
+                    "precision": 0.975,
+                    "coverage": 0.5,
+                    "items": 120,
+                    "precision_low": 0.9372,
+                }
+            ],
+            "recommendations": [
+                {
+                    "target": 0.9,
+                    "threshold": 0.857,
+                    "items": 131,
+                    "precision": 0.9695,
+                    "bound": 0.9304,
+                    "more_items_needed": None,
+                }
+            ],
+        },
+    )
+    shown = page.get(f"/q/{queue.slug}/routing/").content.decode()
+    assert "240 decided items that had an answer from memory" in shown
+    assert 'id="memory-recommendations"' in shown and "set <strong>0.857</strong>" in shown
+    assert "<td>93.7%</td>" in shown  # the bound, rounded down
+
+    rules = {**RULES, "memory_answer_confidence": "0.857"}
+    assert client_of(reviewer).post(f"/q/{queue.slug}/routing/", rules).status_code == 403
+    assert page.post(f"/q/{queue.slug}/routing/", rules).status_code == 302
+    queue.refresh_from_db()
+    assert queue.memory_answer_confidence == 0.857
+    assert RoutingChange.objects.get().changes["memory_answer_confidence"] == [None, 0.857]
+    shown = page.get(f"/q/{queue.slug}/routing/").content.decode()
+    assert "confidence ≥ 0.857" in page.get(f"/q/{queue.slug}/").content.decode()
+    assert 'id="memory-confidence" open' in shown  # in use: its evidence stays unfolded
+    low = page.post(f"/q/{queue.slug}/routing/", {**rules, "memory_answer_confidence": "0.2"})
+    assert low.status_code == 400
+    stranger = client_of(UserFactory())
+    assert stranger.get(f"/q/{queue.slug}/routing/").status_code == 404

@@ -6,9 +6,14 @@ import random
 import pytest
 
 from icrlhf.generation.calibration import (
+    ConfidenceMap,
+    brier,
     coverage_at_precision,
+    ece_interval,
     expected_calibration_error,
+    isotonic_fit,
     logistic_fit,
+    platt_fit,
     precision_coverage,
     reliability,
 )
@@ -81,3 +86,45 @@ def test_coverage_at_a_precision_takes_the_most_confident_first() -> None:
 def test_tied_confidences_are_automated_together_or_not_at_all() -> None:
     # A threshold cannot take one of two items at 0.9 and leave the other.
     assert coverage_at_precision([0.9, 0.9, 0.5], [True, False, True], 1.0) == (0.0, None)
+
+
+def _bent_sample(rng: random.Random, count: int) -> tuple[list[float], list[bool]]:
+    """Scores whose acceptance rate is a step no logistic curve follows: 5% below 0, 60%
+    between 0 and 2, 97% above."""
+    scores = [rng.uniform(-4, 4) for _ in range(count)]
+    rate = [0.05 if x < 0 else 0.6 if x < 2 else 0.97 for x in scores]
+    return scores, [rng.random() < p for p in rate]
+
+
+def test_the_isotonic_map_follows_a_bent_rate_where_platts_curve_cannot() -> None:
+    rng = random.Random(21)
+    scores, hits = _bent_sample(rng, 1500)
+    weights = [1.0] * len(scores)
+    knots = isotonic_fit(scores, hits, weights)
+    assert [k[0] for k in knots] == sorted(k[0] for k in knots)
+    assert [k[1] for k in knots] == sorted(k[1] for k in knots)
+    bent = ConfidenceMap(platt_fit(scores, hits, weights), knots)
+    platt = ConfidenceMap(platt_fit(scores, hits, weights))
+    later, later_hits = _bent_sample(random.Random(22), 3000)
+    as_bent = [bent(x) for x in later]
+    as_platt = [platt(x) for x in later]
+    assert expected_calibration_error(as_bent, later_hits) < 0.03
+    assert brier(as_bent, later_hits) < brier(as_platt, later_hits)
+    assert bent(1.0) == pytest.approx(0.6, abs=0.08)
+    assert bent(-100) == knots[0][1] and bent(100) == knots[-1][1]  # flat beyond the data
+
+
+def test_a_short_all_accepted_step_is_not_promised_as_certain() -> None:
+    knots = isotonic_fit([0.0, 1.0, 2.0, 3.0], [False, False, True, True], [1.0] * 4)
+    assert knots[-1][1] < 1.0 and knots[0][1] > 0.0
+
+
+def test_the_ece_interval_holds_the_ece_and_narrows_with_more_items() -> None:
+    rng = random.Random(23)
+    confidences = [rng.uniform(0.5, 1.0) for _ in range(2400)]
+    hits = [rng.random() < c for c in confidences]
+    few = ece_interval(confidences[:150], hits[:150])
+    many = ece_interval(confidences, hits)
+    assert few[0] <= expected_calibration_error(confidences[:150], hits[:150]) <= few[1]
+    assert many[1] - many[0] < (few[1] - few[0]) / 2
+    assert many[1] < 0.05  # well calibrated, and 2,400 items can tell

@@ -77,7 +77,7 @@ def test_a_calibrated_queue_gets_confidences_in_the_order_of_the_ranking(queue: 
     calibration = Calibration.objects.create(
         queue=queue,
         features=list(FEATURES),
-        coefficients=[-3.0, 6.0, 0, 0, 0, 0, 0, 0],  # the vote alone
+        coefficients=[-3.0, 6.0] + [0.0] * (len(FEATURES) - 1),  # the vote alone
         top_coefficients=[0.0, 1.0],
         items=50,
         candidates=150,
@@ -148,7 +148,7 @@ def test_a_blind_item_keeps_its_shuffled_order_and_records_the_ranks(
     Calibration.objects.create(
         queue=queue,
         features=list(FEATURES),
-        coefficients=[-3.0, 6.0, 0, 0, 0, 0, 0, 0],
+        coefficients=[-3.0, 6.0] + [0.0] * (len(FEATURES) - 1),
         top_coefficients=[0.0, 1.0],
         items=50,
         candidates=150,
@@ -178,3 +178,76 @@ def test_a_blind_item_keeps_its_shuffled_order_and_records_the_ranks(
     ]
     page = logged_in.get(f"/items/{other.item_id}/").content.decode()
     assert "in random order" not in page and "likely</span>" in page
+
+
+def test_an_intent_queue_votes_on_the_label_an_answer_names(queue: Any) -> None:
+    """Two answers worded apart but naming one intent pool their votes; a queue without
+    labels compares the words."""
+    from icrlhf.kinds import kind_of
+
+    kind = kind_of(queue)
+    assert kind.vote_key(text="Card_arrival.", queue=queue) != kind.vote_key(
+        text="card_arrival", queue=queue
+    )
+    queue.categories = ["card_arrival", "pin_blocked"]
+    assert kind.vote_key(text="Card_arrival.", queue=queue) == kind.vote_key(
+        text="card arrival\nThe customer waits for a card.", queue=queue
+    )
+    assert kind.vote_key(text="pin_blocked", queue=queue) != kind.vote_key(
+        text="card_arrival", queue=queue
+    )
+    # An answer naming no label is still its own words.
+    assert kind.vote_key(text="no idea", queue=queue) == answer_key("no idea")
+
+
+def test_a_ticket_votes_on_its_category_and_priority_not_its_reply(triage_queue: Any) -> None:
+    from icrlhf.kinds import kind_of
+
+    kind = kind_of(triage_queue)
+    category = triage_queue.categories[0]
+
+    def key(priority: str, reply: str) -> str:
+        text = f'{{"category": "{category}", "priority": "{priority}", "reply": "{reply}"}}'
+        return kind.vote_key(text=text, queue=triage_queue)
+
+    assert key("high", "We are on it.") == key("high", "Sorry, looking into it now!")
+    assert key("high", "We are on it.") != key("low", "We are on it.")
+
+
+def test_rejections_of_an_answer_by_similar_requests_count_against_it() -> None:
+    neighbours = [
+        Neighbour(0.9, CARD),
+        Neighbour(0.9, PIN, rejected=True),
+        Neighbour(0.8, PIN, rejected=True),
+        Neighbour(0.5, PIN),
+    ]
+    card, pin = (
+        features_of(
+            key=key,
+            relevance=0.0,
+            from_memory=True,
+            neighbours=neighbours,
+            other_keys=[],
+            stored=9,
+        )
+        for key in (CARD, PIN)
+    )
+    total = 2 * 0.9**4 + 0.8**4 + 0.5**4
+    assert pin["against"] == pytest.approx((0.9**4 + 0.8**4) / total)
+    assert card["against"] == 0.0
+    # Votes for and the coverage read the preferred neighbours only.
+    assert card["vote"] == pytest.approx(0.9**4 / (0.9**4 + 0.5**4))
+    assert (pin["support"], pin["nearest"]) == (0.5, 0.9)
+
+
+def test_the_prior_ranks_an_answer_reviewers_rejected_below_a_fresh_one(queue: Any) -> None:
+    generation = _generation(queue, ["pin_blocked", "exchange_rate"], [])
+    generation.neighbours = [
+        {"score": 0.95, "vote_key": answer_key("pin_blocked"), "rejected": True},
+        {"score": 0.9, "vote_key": answer_key("card_arrival")},
+    ]
+    generation.save()
+    assert ranking.generation_rank(generation_id=generation.pk)
+    first = generation.candidates.order_by("position").first()
+    assert first is not None and first.text == "exchange_rate"
+    assert first.ranking_features["against"] == 0.0

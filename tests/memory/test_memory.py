@@ -204,3 +204,25 @@ def test_a_default_queue_keeps_an_unrelated_example_out(user: Any, vector_store:
     queue = QueueFactory()
     remember(queue, user, PIN, "TEST EDIT, please ignore")
     assert retrieve(queue, CARD) == []
+
+
+def test_rejected_answers_of_similar_requests_are_recalled_as_votes_against(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    """The ranking counts what reviewers turned down for similar requests: the recall brings
+    the nearest active rejected examples beside the preferred neighbours, never a retired
+    one, and none unless neighbours were asked for."""
+    remember(queue, user, "My card has not arrived yet.", "It ships in 3 days.", "Buy a new one.")
+    remember(queue, user, "How do I reset my PIN?", "Use the app's security tab.", "Call us.")
+    Example.objects.filter(output_text="Call us.").update(status=Example.Status.RETIRED)
+    recall = examples_recall(
+        queue=queue, query_text="I still haven't received my card", k=2, token_budget=10_000, pool=5
+    )
+    assert [r.example.output_text for r in recall.rejected] == ["Buy a new one."]
+    assert all(r.example.role == Example.Role.REJECTED for r in recall.rejected)
+    assert recall.rejected[0].score > 0.5
+    assert "Buy a new one." not in [r.example.output_text for r in recall.neighbours]
+    without_pool = examples_recall(
+        queue=queue, query_text="I still haven't received my card", k=2, token_budget=10_000
+    )
+    assert without_pool.rejected == []

@@ -50,6 +50,7 @@ def test_a_small_learning_curve_rises_with_stored_decisions(tmp_path: Path) -> N
     # What the best-of-N missed is tried again at the largest size, against generating it
     # afresh: both over the same messages, one round each.
     assert result["example_rewards"] is True and result["ratings"] is True
+    assert (result["dataset"], result["votes"]) == ("banking77", "label")
     assert learned["try_again_recovered_n"] == learned["regenerate_recovered_n"] > 0
     assert learned["try_again_llm_right_n"] > 0
     assert any(line.startswith("Missed by every candidate, then tried again: ") for line in lines)

@@ -7,8 +7,8 @@ import pytest
 from django.conf import settings
 
 from bench.learning import (
-    banking77_split,
     label_of,
+    labelled_split,
     minimum_choose,
     significance,
     summarise,
@@ -39,9 +39,9 @@ def test_an_answer_names_a_label_on_its_first_line(answer: str, label: str) -> N
 
 def test_the_split_is_fixed_by_its_seed_and_disjoint() -> None:
     path: Path = settings.SHARED_DATA_DIR / "banking77" / "test.csv"
-    held_out, stream = banking77_split(path, seed=7, test=150, stream=600)
-    again, _ = banking77_split(path, seed=7, test=150, stream=600)
-    other, _ = banking77_split(path, seed=8, test=150, stream=600)
+    held_out, stream = labelled_split(path, seed=7, test=150, stream=600)
+    again, _ = labelled_split(path, seed=7, test=150, stream=600)
+    other, _ = labelled_split(path, seed=8, test=150, stream=600)
     assert (len(held_out), len(stream)) == (150, 600)
     assert held_out == again and held_out != other
     assert not {r.text for r in held_out} & {r.text for r in stream}
@@ -103,3 +103,15 @@ def test_a_minimum_that_helps_is_chosen_over_none() -> None:
         "600": swept((-1, 0.2, 0.2), (0.4, 0.45, 0.45)),  # none by 25 here
     }
     assert minimum_choose(split, tolerance=0.02) == 0.4
+
+
+def test_a_data_set_not_in_banking77s_layout_is_refused_with_a_sentence(tmp_path: Path) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="Banking77's layout"):
+        call_command("bench_learning", f"--dataset={tmp_path}")
+    (tmp_path / "categories.json").write_text('["a", "b"]')
+    (tmp_path / "test.csv").write_text("text,category\nhello,a\nbye,b\n")
+    with pytest.raises(CommandError, match="has 2 messages"):
+        call_command("bench_learning", f"--dataset={tmp_path}", "--test=10", "--sizes=0,5")

@@ -101,7 +101,12 @@ def test_a_fit_that_ranks_worse_than_the_prior_keeps_the_prior(
         decided(queue, rng, right_first=0.7)
     backwards = [0.0] * (len(FEATURES) + 1)
     backwards[1 + FEATURES.index("vote")] = -5.0  # a fit that prefers what memory voted against
-    monkeypatch.setattr(calibrations, "_fit", lambda samples: backwards)
+    fit = calibrations._fit
+    monkeypatch.setattr(
+        calibrations,
+        "_fit",
+        lambda samples, names=FEATURES: backwards if names == FEATURES else fit(samples, names),
+    )
     calibration = calibrations.calibration_fit(queue=queue)
     assert calibration is not None
     assert calibration.coefficients == list(PRIOR_COEFFICIENTS)
@@ -207,3 +212,96 @@ def test_an_audit_stands_for_the_automated_items_no_reviewer_saw(queue: Any) -> 
     )
     weights = [sample.weight for sample in calibrations.samples_of(queue)]
     assert weights == [1.0, 5.0, 1.0]
+
+
+def decided_bent(queue: Any, rng: random.Random) -> None:
+    """An item whose first candidate's vote share says how often it is kept, along a bent
+    curve no logistic one fits: a tenth below a vote of 0.6, 0.8 above it, nearly always from
+    0.85 up."""
+    item = ItemFactory(queue=queue, status="decided")
+    generation = ready_generation(item, ["voted answer", "other answer"])
+    Generation.objects.filter(pk=generation.pk).update(ranked_at=timezone.now())
+    voted, other = generation.candidates.order_by("position")
+    vote = rng.uniform(0.0, 1.0)
+    voted.ranking_features = dict.fromkeys(FEATURES, 0.0) | {"vote": vote, "memory": 1.0}
+    other.ranking_features = dict.fromkeys(FEATURES, 0.0)
+    voted.save()
+    other.save()
+    kept = 0.1 if vote < 0.6 else 0.8 if vote < 0.85 else 0.99
+    if rng.random() < kept:
+        DecisionFactory(
+            generation=generation,
+            verdict="chosen",
+            chosen_candidate=voted,
+            final_text="voted answer",
+        )
+    else:
+        DecisionFactory(generation=generation, verdict="none_acceptable")
+
+
+def test_with_enough_items_a_bent_rate_gets_an_isotonic_confidence(queue: Any) -> None:
+    """Platt's curve cannot bend with the data; from ISOTONIC_MIN_ITEMS scored items the
+    isotonic map is tried forward and kept because it scores better there."""
+    rng = random.Random(11)
+    for _ in range(420):
+        decided_bent(queue, rng)
+    calibration = calibrations.calibration_fit(queue=queue)
+    assert calibration is not None and calibration.isotonic
+    knots = calibration.isotonic
+    assert [k[0] for k in knots] == sorted(k[0] for k in knots)
+    assert [k[1] for k in knots] == sorted(k[1] for k in knots)  # never less sure higher up
+    assert knots[0][1] > 0.0 and knots[-1][1] < 1.0  # shrunk: no step promises certainty
+    assert calibration.ece is not None and calibration.ece < 0.12  # forward, as above
+    # What the stored map says of a first candidate, by the ranking's own score.
+    from icrlhf.generation.ranking import confidence, score
+
+    def at(vote: float) -> float:
+        features = dict.fromkeys(FEATURES, 0.0) | {"vote": vote, "memory": 1.0}
+        return confidence(score(features, calibration.coefficients), calibration)
+
+    assert at(0.3) < 0.25 and 0.65 < at(0.75) < 0.9 and at(0.95) > 0.9
+
+
+def test_few_items_keep_platts_curve(queue: Any) -> None:
+    rng = random.Random(12)
+    for _ in range(120):
+        decided_bent(queue, rng)
+    calibration = calibrations.calibration_fit(queue=queue)
+    assert calibration is not None and calibration.isotonic is None
+
+
+def test_memory_alone_gets_its_own_forward_confidence(queue: Any) -> None:
+    """The gateway's answer from memory has no model answer beside it: it is fitted on the
+    memory candidates only, by memory's features only, with its own curve and promises."""
+    from icrlhf.generation.ranking import MEMORY_FEATURES
+
+    rng = random.Random(13)
+    for _ in range(calibrations.MIN_ITEMS - 1):
+        decided(queue, rng, right_first=0.6)
+    # Items whose candidates all came from the model say nothing about memory alone.
+    plain = ItemFactory(queue=queue, status="decided")
+    generation = ready_generation(plain, ["model answer"])
+    Generation.objects.filter(pk=generation.pk).update(ranked_at=timezone.now())
+    only = generation.candidates.get()
+    only.ranking_features = dict.fromkeys(FEATURES, 0.0)
+    only.save()
+    DecisionFactory(generation=generation, verdict="chosen", chosen_candidate=only)
+    calibration = calibrations.calibration_fit(queue=queue)
+    assert calibration is not None and calibration.memory_fit is None  # 29 with memory
+
+    for _ in range(170):
+        decided(queue, rng, right_first=0.8)
+    calibration = calibrations.calibration_fit(queue=queue)
+    assert calibration is not None
+    fit = calibration.memory_fit
+    assert fit["features"] == list(MEMORY_FEATURES) and fit["items"] == 199
+    assert len(fit["coefficients"]) == len(MEMORY_FEATURES) + 1
+    assert fit["accepted_share"] == pytest.approx(0.78, abs=0.1)
+    # Memory's features say nothing here (a vote drawn apart from the outcome): the
+    # confidence is the base rate, and says so on the later items.
+    at_half = next(p for p in fit["curve"] if p["threshold"] == 0.5)
+    assert at_half["coverage"] > 0.9
+    assert at_half["precision"] == pytest.approx(fit["accepted_share"], abs=0.05)
+    assert fit["ece"] < 0.12
+    assert [r["target"] for r in fit["recommendations"]] == list(calibrations.TARGET_PRECISIONS)
+    assert max(point["items"] for point in fit["curve"]) <= 199 - 199 // 6

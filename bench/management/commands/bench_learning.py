@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from bench.learning import MINIMUM_TOLERANCE, SERIES, confidence_curve_svg, curve_svg
 from bench.world import WorldCommand, inside_with_local_llm
@@ -55,6 +55,10 @@ def _rate_cell(row: dict[str, Any], key: str) -> str:
     return f"{row[key]:6.1%} [{low:.0%}–{high:.0%}]"
 
 
+def _share(value: float | None) -> str:
+    return "– (nothing above it)" if value is None else f"{value:.1%}"
+
+
 def _minimum_label(minimum: float) -> str:
     return "none" if minimum <= -1 else f"{minimum:.2f}"
 
@@ -64,7 +68,23 @@ class Command(WorldCommand):
 
     def add_options(self, parser: CommandParser) -> None:
         parser.add_argument("--sizes", default="0,50,150,600", help="Stored decisions to test at.")
-        parser.add_argument("--test", type=int, default=150, help="Held-out messages.")
+        parser.add_argument(
+            "--dataset",
+            default=str(settings.SHARED_DATA_DIR / "banking77"),
+            help="A folder in Banking77's layout: test.csv (text, category) and "
+            "categories.json (the labels).",
+        )
+        parser.add_argument(
+            "--verbatim-votes",
+            action="store_true",
+            help="Memory votes on the answer's exact words, not on the label it names.",
+        )
+        parser.add_argument(
+            "--test",
+            type=int,
+            default=600,
+            help="Held-out messages (600 tell an ECE of 0.05 from noise).",
+        )
         parser.add_argument("--control", type=int, default=50, help="Messages for the control.")
         parser.add_argument("--candidates", type=int, default=5, help="N per item.")
         parser.add_argument("--memory-candidates", type=int, default=4)
@@ -119,6 +139,20 @@ class Command(WorldCommand):
         parser.add_argument("--out", default=str(settings.VAR_DIR / "bench" / "learning"))
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
+        data = Path(options["dataset"])
+        if not (data / "test.csv").is_file() or not (data / "categories.json").is_file():
+            raise CommandError(
+                f"{data} is not a data set in Banking77's layout: it needs test.csv (columns "
+                "text and category) and categories.json (a JSON list of the labels)."
+            )
+        with (data / "test.csv").open(encoding="utf-8") as handle:
+            messages = sum(1 for _ in handle) - 1
+        needed = options["test"] + max(_sizes(options))
+        if messages < needed:
+            raise CommandError(
+                f"{data / 'test.csv'} has {messages} messages; --test {options['test']} and "
+                f"sizes up to {max(_sizes(options))} need {needed}."
+            )
         return inside_with_local_llm("bench_learning", options)
 
     def measure(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -220,7 +254,11 @@ class Command(WorldCommand):
                 f"  first candidate {row['first_accuracy']:.1%} vs kNN top-1 "
                 f"{row['knn_top1']:.1%}: {margin:+.1f} points"
             )
-        write(f"  expected calibration error {row['ece']:.3f}")
+        low, high = row["ece_ci"]
+        write(
+            f"  expected calibration error {row['ece']:.3f} [{low:.3f}–{high:.3f}] "
+            f"({row['confidence_fit']} confidence)"
+        )
         write("  confidence bin | items | mean confidence | accepted")
         for b in row["reliability"]:
             write(
@@ -235,6 +273,30 @@ class Command(WorldCommand):
             f"  coverage at 95% precision: {row['coverage_at_95_precision']:.1%}"
             + (f" (threshold {threshold:.2f}, chosen on these items)" if threshold else "")
         )
+        recommended = row.get("recommended_threshold")
+        write(
+            "  the queue's recommended threshold for 95%: "
+            + (
+                f"{recommended:.3f}, held-out precision "
+                f"{_share(row['recommended_precision_heldout'])}"
+                if recommended is not None
+                else "none (nothing can be promised yet)"
+            )
+        )
+        if row.get("memory_calibrated_n"):
+            memory_threshold = row["memory_recommended_threshold"]
+            low, high = row["memory_ece_ci"]
+            write(
+                f"  from memory alone ({row['memory_calibrated_n']} items): right "
+                f"{row['memory_accuracy']:.1%}, ECE {row['memory_ece']:.3f} [{low:.3f}–"
+                f"{high:.3f}], recommended for 95%: "
+                + (
+                    f"{memory_threshold:.3f}, held-out precision "
+                    f"{_share(row['memory_recommended_precision_heldout'])}"
+                    if memory_threshold is not None
+                    else "none"
+                )
+            )
         if picked := row.get("at_history_threshold"):
             precision = "–" if picked["precision"] is None else f"{picked['precision']:.1%}"
             write(

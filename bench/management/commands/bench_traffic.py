@@ -90,10 +90,10 @@ def _rate(value: float | None, count: int | None) -> str:
 
 
 def _stream(options: dict[str, Any]) -> list[tuple[str, str]]:
-    from bench.learning import banking77_split
+    from bench.learning import labelled_split
 
     rng = random.Random(options["seed"])
-    _, rows = banking77_split(
+    _, rows = labelled_split(
         settings.SHARED_DATA_DIR / "banking77" / "test.csv",
         seed=options["seed"],
         test=0,

@@ -139,14 +139,14 @@ def seed_triage(tickets: int, api_base: str) -> dict[str, str]:
     numbers (as the page shows them) and true categories."""
     from django.contrib.auth.models import User
 
-    from bench.learning import banking77_split
+    from bench.learning import labelled_split
     from icrlhf.queues.models import Queue
     from icrlhf.triage.services import ticket_create
 
     if not tickets:
         return {}
     data = settings.SHARED_DATA_DIR / "banking77"
-    _held_out, rows = banking77_split(data / "test.csv", seed=5, test=0, stream=tickets)
+    _held_out, rows = labelled_split(data / "test.csv", seed=5, test=0, stream=tickets)
     queue = Queue.objects.create(
         slug="bench-triage",
         name="Bench triage",

@@ -82,6 +82,14 @@ class TriageKind(QueueKind):
         # Remembered in the same form as a confirmed triage.
         return fields_text(fields) if fields else text
 
+    def vote_key(self, *, text: str, queue: Queue) -> str:
+        # A ticket's category and priority are what memory vouches for: the replies to
+        # two tickets of one kind are never word for word alike.
+        fields = self.parse(text, queue).fields
+        if not fields:
+            return super().vote_key(text=text, queue=queue)
+        return f"triage:{fields['category']}:{fields['priority']}"
+
     def final(
         self, *, picked_fields: dict[str, str] | None, corrections: dict[str, str], queue: Queue
     ) -> Final:
