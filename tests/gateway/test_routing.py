@@ -310,6 +310,7 @@ def test_the_curator_sets_answering_from_memory_by_confidence_from_its_own_evide
     )
     shown = page.get(f"/q/{queue.slug}/routing/").content.decode()
     assert "240 decided items that had an answer from memory" in shown
+    assert '<th scope="col">From memory</th>' in shown
     assert 'id="memory-recommendations"' in shown and "set <strong>0.857</strong>" in shown
     assert "<td>93.7%</td>" in shown  # the bound, rounded down
 
