@@ -28,7 +28,7 @@ def labelled_split(
         rows = [Labelled(r["text"].strip(), r["category"].strip()) for r in csv.DictReader(handle)]
     if len(rows) < test + stream:
         raise ValueError(
-            f"{path} has {len(rows)} messages; {test} held out and {stream} to learn from "
+            f"it has {len(rows)} messages; {test} held out and {stream} to learn from "
             f"need {test + stream}."
         )
     random.Random(seed).shuffle(rows)

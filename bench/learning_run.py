@@ -30,9 +30,13 @@ from icrlhf.generation.calibration import (
     precision_coverage,
 )
 from icrlhf.generation.models import Calibration, Candidate, Generation
-from icrlhf.generation.pipeline import MEMORY_NEIGHBOURS
 from icrlhf.generation.prompts import PromptExample, messages_build
-from icrlhf.generation.ranking import Neighbour, calibration_latest, memory_vote_best
+from icrlhf.generation.ranking import (
+    MEMORY_NEIGHBOURS,
+    Neighbour,
+    calibration_latest,
+    memory_vote_best,
+)
 from icrlhf.generation.services import item_create
 from icrlhf.integrations import llm
 from icrlhf.kinds import kind_of
@@ -196,7 +200,8 @@ def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
     kind = kind_of(bench.queue)
     for item, row in zip(items, bench.held_out, strict=True):
         candidates = _candidates(item)
-        if memory_fit and (served := _memory_served(item, memory_fit)):
+        served = memory_fit and _memory_served(item, memory_fit, bench.queue.memory_candidates)
+        if served:
             memory_confidences.append(served[1])
             memory_right.append(served[0] == kind.vote_key(text=row.label, queue=bench.queue))
         named = [label_of(c.text, bench.labels) for c in candidates]
@@ -244,13 +249,17 @@ def _evaluate(bench: Bench, *, memory_size: int) -> Evaluation:
     )
 
 
-def _memory_served(item: Item, memory_fit: dict[str, Any]) -> tuple[str, float] | None:
+def _memory_served(
+    item: Item, memory_fit: dict[str, Any], offered: int
+) -> tuple[str, float] | None:
     """What the gateway would answer from memory alone for this request, read off the
-    neighbours its generation retrieved: the best-scored vote key and its confidence."""
+    neighbours its generation retrieved: of the first `offered` distinct answers, the
+    best-scored vote key and its confidence."""
     generation = item.generations.get()
     neighbours = [Neighbour.of_json(n) for n in generation.neighbours]
+    keys = list(dict.fromkeys(n.key for n in neighbours if not n.rejected))[:offered]
     return memory_vote_best(
-        keys=[n.key for n in neighbours if not n.rejected],
+        keys=keys,
         neighbours=neighbours,
         stored=generation.stored_examples,
         memory_fit=memory_fit,
@@ -339,10 +348,10 @@ def _latest_candidates(item: Item) -> list[Candidate]:
     return list(generation.candidates.filter(status="done").order_by("position"))
 
 
-def _no_retrieval(bench: Bench) -> tuple[int, int]:
-    items = _generate(bench, bench.plain, bench.held_out)
+def _no_retrieval(bench: Bench, rows: list[Labelled]) -> tuple[int, int]:
+    items = _generate(bench, bench.plain, rows)
     hits = 0
-    for item, row in zip(items, bench.held_out, strict=True):
+    for item, row in zip(items, rows, strict=True):
         candidates = _candidates(item)
         hits += bool(candidates) and label_of(candidates[0].text, bench.labels) == row.label
     return hits, len(items)
@@ -415,7 +424,8 @@ def _minimum_set(bench: Bench, minimum: float) -> None:
 def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
     bench = _bench_build(options, stream_size=max(sizes))
     rng = random.Random(options["seed"])
-    no_retrieval = _no_retrieval(bench)  # does not depend on memory: measured once
+    # Does not depend on memory: measured once, on the first held-out messages.
+    no_retrieval = _no_retrieval(bench, bench.held_out[: options["baseline"]])
     counts_by_size: dict[int, Counts] = {}
     extra_by_size: dict[int, dict[str, Any]] = {}
     # The curve runs at the queue's minimum similarity; at the swept sizes the held-out

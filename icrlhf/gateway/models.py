@@ -64,6 +64,9 @@ class Call(models.Model):
     completion_tokens = models.PositiveIntegerField(default=0)
     # Answered without memory to measure what memory is worth (the queue's holdout share).
     holdout = models.BooleanField(default=False)
+    # An answer the confidence rule served from memory: its memory-only confidence. The
+    # automation's audits do not watch these; reviewing captured calls does.
+    memory_confidence = models.FloatField(null=True, blank=True)
     # Why it goes to review, and the review item it became (none yet: the sweeper retries).
     capture = models.CharField(max_length=10, choices=Capture.choices, blank=True, default="")
     item = models.ForeignKey(

@@ -120,8 +120,9 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
     run_key = trajectory_key or str((request.metadata or {}).get("trajectory_id") or "")
     holdout = held_out(queue=queue, run_key=run_key)
     threshold = queue.memory_answer_threshold
-    memory_fit = _memory_fit(queue)
-    from_memory = threshold is not None or memory_fit is not None
+    # Only plain text is answered from memory, and never a held-out call.
+    may_answer = not holdout and signature == PLAIN
+    memory_fit = _memory_fit(queue) if may_answer else None
     started = time.monotonic()
     try:
         recall = examples_recall_anywhere(
@@ -130,7 +131,11 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
             k=queue.k_examples,
             token_budget=queue.example_token_budget,
             # The confidence's votes are read off as many neighbours as a generation's.
-            pool=ranking.MEMORY_NEIGHBOURS if memory_fit else _ANSWER_POOL if from_memory else 0,
+            pool=ranking.MEMORY_NEIGHBOURS
+            if memory_fit
+            else _ANSWER_POOL
+            if may_answer and threshold is not None
+            else 0,
             signature=signature,
         )
         memory = Call.Memory.USED if recall.examples or recall.neighbours else Call.Memory.EMPTY
@@ -166,7 +171,7 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
     # stored tool call is never replayed, even to a call with the same tools: its arguments
     # were right for its own state (an order number, a path), and a similar state is not the
     # same one; the model, shown the example, writes the call for this one.
-    answerable = nearest is not None and not holdout and signature == PLAIN
+    answerable = nearest is not None and may_answer
     if answerable and threshold is not None and nearest is not None and nearest.score >= threshold:
         return replace(retrieved, examples=[nearest], memory_answer=nearest.example.output_text)
     if answerable and memory_fit is not None and queue.memory_answer_confidence is not None:
@@ -220,8 +225,7 @@ def _memory_fit(queue: Queue) -> dict[str, Any] | None:
     one fitted (until then, only its similarity rule can answer from memory)."""
     if queue.memory_answer_confidence is None:
         return None
-    calibration = ranking.calibration_latest(queue_id=queue.pk)
-    return calibration.memory_fit if calibration else None
+    return ranking.memory_fit_latest(queue_id=queue.pk)
 
 
 def capture_reason(*, queue: Queue, top_score: float | None, memory: str) -> str:
@@ -291,6 +295,7 @@ def call_record(
         completion_tokens=completion_tokens,
         holdout=plan.holdout,
         capture=capture,
+        memory_confidence=plan.memory_confidence,
     )
     if status_code == 200:
         try:

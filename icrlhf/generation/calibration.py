@@ -67,20 +67,22 @@ def isotonic_fit(
     """A non-decreasing map from score to acceptance rate (pool-adjacent-violators, weighted):
     knots [score, rate], one per step at its weighted mean score, read by linear
     interpolation. Unlike Platt's two parameters it assumes no shape, so it stays calibrated
-    when the rate bends, which a fuller memory makes it do; it needs a few hundred items."""
-    order = np.argsort(np.asarray(scores, dtype=float), kind="stable")
-    x = np.asarray(scores, dtype=float)[order]
-    y = np.asarray(hits, dtype=float)[order]
-    w = np.asarray(weights, dtype=float)[order]
-    steps = isotonic_regression(y, weights=w, increasing=True)
-    overall = float(np.average(y, weights=w))
+    when the rate bends, which a fuller memory makes it do; it needs a few hundred items.
+    Items tied on a score are pooled first: their order says nothing."""
+    x = np.asarray(scores, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    values, at = np.unique(x, return_inverse=True)
+    mass = np.bincount(at, weights=w)
+    rates = np.bincount(at, weights=w * np.asarray(hits, dtype=float)) / mass
+    steps = isotonic_regression(rates, weights=mass, increasing=True)
+    overall = float(np.average(rates, weights=mass))
     knots: list[list[float]] = []
     for start, end in zip(steps.blocks[:-1], steps.blocks[1:], strict=True):
-        mass = float(w[start:end].sum())
-        rate = (float(steps.x[start]) * mass + overall * _ISOTONIC_PRIOR_ITEMS) / (
-            mass + _ISOTONIC_PRIOR_ITEMS
+        step_mass = float(mass[start:end].sum())
+        rate = (float(steps.x[start]) * step_mass + overall * _ISOTONIC_PRIOR_ITEMS) / (
+            step_mass + _ISOTONIC_PRIOR_ITEMS
         )
-        centre = float(np.average(x[start:end], weights=w[start:end]))
+        centre = float(np.average(values[start:end], weights=mass[start:end]))
         # Shrinking can undo the order between steps of different sizes: keep it.
         knots.append([centre, max(rate, knots[-1][1]) if knots else rate])
     return knots

@@ -32,7 +32,6 @@ logger = logging.getLogger(__name__)
 # a second or two at most (the store and the embedder time out sooner), so a worker killed
 # mid-prepare delays its generation by a minute, not five.
 _PREPARE_LEASE = timedelta(minutes=1)
-MEMORY_NEIGHBOURS = ranking.MEMORY_NEIGHBOURS
 
 
 # Broker priorities 0 (served first) to 9: CELERY_BROKER_TRANSPORT_OPTIONS["priority_steps"].
@@ -101,7 +100,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             query_text=item.input_text,
             k=queue.k_examples,
             token_budget=queue.example_token_budget,
-            pool=MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
+            pool=ranking.MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
             signature=signature,
         )
     except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
@@ -133,7 +132,7 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             messages=messages,
             retrieval_error=retrieval_error,
             retrieval_ms=retrieval_ms,
-            neighbours=ranking.neighbours_json(queue=queue, recall=recall),
+            neighbours=[n.as_json() for n in ranking.neighbours_of(queue=queue, recall=recall)],
             stored_examples=memory_selectors.preferred_count(queue=queue),
             min_similarity=recall.minimum,
             below_minimum=[

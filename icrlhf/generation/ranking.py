@@ -30,8 +30,6 @@ from icrlhf.memory import selectors as memory_selectors
 from icrlhf.memory.selectors import Recall, RetrievedExample
 from icrlhf.queues.models import Item, Queue
 
-__all__ = ["answer_key"]  # where the review app and insights import it from
-
 logger = logging.getLogger(__name__)
 
 FEATURES = ("vote", "support", "nearest", "relevance", "agree", "memory", "knowledge", "against")
@@ -60,12 +58,25 @@ class Neighbour:
 
     @classmethod
     def of_json(cls, stored: dict[str, Any]) -> "Neighbour":
-        # Generations ranked before votes were keyed by the kind kept the answer's own key.
+        # Generations prepared before votes were keyed by the kind kept the answer's own key
+        # (`legacy_keys` says so, and their candidates are keyed alike).
         return cls(
             stored["score"],
             stored.get("vote_key") or stored["answer_key"],
             stored.get("rejected", False),
         )
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "score": self.score,
+            "vote_key": self.key,
+            **({"rejected": True} if self.rejected else {}),
+        }
+
+
+def legacy_keys(stored: Sequence[dict[str, Any]]) -> bool:
+    """Whether a generation's neighbours were stored before votes were keyed by the kind."""
+    return any("vote_key" not in n for n in stored)
 
 
 def features_of(
@@ -112,19 +123,37 @@ def features_of(
     }
 
 
-def neighbours_json(*, queue: Queue, recall: Recall) -> list[dict[str, Any]]:
-    """What the ranking keeps of a generation's retrieval: each near preferred example's
-    similarity and the vote key of its answer, then the rejected ones, flagged."""
+def neighbours_of(*, queue: Queue, recall: Recall) -> list[Neighbour]:
+    """What the ranking keeps of a retrieval: each near preferred example's similarity and
+    the vote key of its answer, then the rejected ones. A rejected answer that means what its
+    own reviewer kept (another candidate naming the same label, the same words) is no vote
+    against it: the decision stored every other candidate as rejected, alike or not."""
     kind = kind_of(queue)
-    return [
-        {
-            "score": hit.score,
-            "vote_key": kind.vote_key(text=hit.example.output_text, queue=queue),
-            **({"rejected": True} if rejected else {}),
-        }
-        for hits, rejected in ((recall.neighbours, False), (recall.rejected, True))
-        for hit in hits
-    ]
+
+    def key_of(text: str) -> str:
+        return kind.vote_key(text=text, queue=queue)
+
+    preferred = [Neighbour(hit.score, key_of(hit.example.output_text)) for hit in recall.neighbours]
+    kept = {
+        hit.example.decision_id: neighbour.key
+        for hit, neighbour in zip(recall.neighbours, preferred, strict=True)
+        if hit.example.decision_id is not None
+    }
+    missing = {
+        hit.example.decision_id
+        for hit in recall.rejected
+        if hit.example.decision_id is not None and hit.example.decision_id not in kept
+    }
+    kept |= {
+        decision_id: key_of(text)
+        for decision_id, text in memory_selectors.kept_answers(decision_ids=missing).items()
+    }
+    against = []
+    for hit in recall.rejected:
+        key = key_of(hit.example.output_text)
+        if hit.example.decision_id is None or kept.get(hit.example.decision_id) != key:
+            against.append(Neighbour(hit.score, key, rejected=True))
+    return preferred + against
 
 
 def score(
@@ -142,19 +171,12 @@ def confidence(top_score: float, calibration: Calibration) -> float:
     return ConfidenceMap(calibration.top_coefficients, calibration.isotonic)(top_score)
 
 
-def memory_confidence(features: dict[str, float], memory_fit: dict[str, Any]) -> float:
-    """The calibrated probability that an answer from memory alone, with these features and
-    the best memory-only score, is what a reviewer would keep (`Calibration.memory_fit`)."""
-    value = score(features, memory_fit["coefficients"], memory_fit["features"])
-    return ConfidenceMap(memory_fit["platt"], memory_fit["isotonic"])(value)
-
-
 def memory_vote_best(
     *, keys: Sequence[str], neighbours: Sequence[Neighbour], stored: int, memory_fit: dict[str, Any]
 ) -> tuple[str, float] | None:
     """Of the answers memory could give (`keys`: vote keys), the one the memory-only fit
     scores highest, with its calibrated confidence; None with none to give."""
-    best: tuple[float, str, dict[str, float]] | None = None
+    best: tuple[float, str] | None = None
     for key in dict.fromkeys(keys):
         features = features_of(
             key=key,
@@ -166,27 +188,41 @@ def memory_vote_best(
         )
         value = score(features, memory_fit["coefficients"], memory_fit["features"])
         if best is None or value > best[0]:
-            best = (value, key, features)
-    return None if best is None else (best[1], memory_confidence(best[2], memory_fit))
+            best = (value, key)
+    if best is None:
+        return None
+    return best[1], ConfidenceMap(memory_fit["platt"], memory_fit["isotonic"])(best[0])
 
 
 def memory_answer_best(
     *, queue: Queue, recall: Recall, offered: Sequence[RetrievedExample], memory_fit: dict[str, Any]
 ) -> tuple[RetrievedExample, float] | None:
-    """Of the stored answers `offered`, the one the memory-only fit scores highest (the
-    nearest example giving it), with its calibrated confidence: what the gateway serves above
-    the queue's confidence. The features are read off this retrieval as a generation's are."""
+    """Of the stored answers `offered` (in the recall's order), the one the memory-only fit
+    scores highest, with its calibrated confidence: what the gateway serves above the queue's
+    confidence. As a generation offers them: the first `memory_candidates` distinct answers,
+    each by its first example, with the features a generation reads off its retrieval."""
     kind = kind_of(queue)
-    nearest_of: dict[str, RetrievedExample] = {}
-    for hit in sorted(offered, key=lambda h: -h.score):
-        nearest_of.setdefault(kind.vote_key(text=hit.example.output_text, queue=queue), hit)
+    first_of: dict[str, RetrievedExample] = {}
+    for hit in offered:
+        if len(first_of) >= max(1, queue.memory_candidates):  # the nearest answer, at least
+            break
+        first_of.setdefault(kind.vote_key(text=hit.example.output_text, queue=queue), hit)
+    if not first_of:
+        return None
     best = memory_vote_best(
-        keys=list(nearest_of),
-        neighbours=[Neighbour.of_json(n) for n in neighbours_json(queue=queue, recall=recall)],
+        keys=list(first_of),
+        neighbours=neighbours_of(queue=queue, recall=recall),
         stored=memory_selectors.preferred_count(queue=queue),
         memory_fit=memory_fit,
     )
-    return None if best is None else (nearest_of[best[0]], best[1])
+    return None if best is None else (first_of[best[0]], best[1])
+
+
+def memory_fit_latest(*, queue_id: int) -> dict[str, Any] | None:
+    """The newest calibration's memory-only fit, read alone (the gateway's hot path)."""
+    fits = Calibration.objects.filter(queue_id=queue_id).order_by("-created_at", "-pk")
+    fit: dict[str, Any] | None = fits.values_list("memory_fit", flat=True).first()
+    return fit
 
 
 def calibration_latest(*, queue_id: int) -> Calibration | None:
@@ -226,7 +262,11 @@ def generation_rank(*, generation_id: int) -> bool:
     kind = kind_of(queue)
     done = list(generation.candidates.filter(status=Candidate.Status.DONE).order_by("position"))
     answers = [kind.example_text(text=c.text, fields=c.fields) for c in done]
-    keys = [kind.vote_key(text=answer, queue=queue) for answer in answers]
+    legacy = legacy_keys(generation.neighbours)
+    keys = [
+        answer_key(answer) if legacy else kind.vote_key(text=answer, queue=queue)
+        for answer in answers
+    ]
     relevances = _relevances(generation.item.input_text, answers)
     neighbours = [Neighbour.of_json(n) for n in generation.neighbours]
     calibration = calibration_latest(queue_id=queue.pk)

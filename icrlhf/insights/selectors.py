@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from icrlhf.gateway.models import Call
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.generation.ranking import answer_key
 from icrlhf.insights.stats import two_proportion_p, wilson
 from icrlhf.kinds import kind_of
+from icrlhf.kinds.labels import answer_key
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 from icrlhf.review.guard import audit_agreed

@@ -239,6 +239,17 @@ def _live_of(
     return of_role(Example.Role.PREFERRED), of_role(Example.Role.REJECTED)
 
 
+def kept_answers(*, decision_ids: set[int]) -> dict[int, str]:
+    """The preferred answer each of these decisions stored, by decision id."""
+    if not decision_ids:
+        return {}
+    return dict(
+        Example.objects.filter(
+            decision_id__in=decision_ids, role=Example.Role.PREFERRED
+        ).values_list("decision_id", "output_text")
+    )
+
+
 def examples_recall_anywhere(
     *,
     queue: Queue,

@@ -11,11 +11,11 @@ from icrlhf.generation.ranking import (
     FEATURES,
     MEMORY_FEATURES,
     PRIOR_COEFFICIENTS,
-    answer_key,
     calibration_latest,
     score,
 )
 from icrlhf.kinds import kind_of
+from icrlhf.kinds.labels import answer_key
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.models import Automation, Decision
 
@@ -159,16 +159,26 @@ def _confidence_map(
     return fitting.ConfidenceMap(platt)
 
 
+@dataclass(frozen=True)
+class Scored:
+    confidence: float
+    hit: bool
+    isotonic: bool  # scored by an isotonic map (its fit had seen enough items)
+
+
 def _confidences_forward(
     tops: list[tuple[float, bool]], weights: list[float], *, isotonic: bool
-) -> list[tuple[float, bool]]:
+) -> list[Scored]:
     """Each top's confidence from a confidence fit on the tops before its block (forward
     again), with whether it was accepted: what the ECE and the curve are computed on, so that
     they say how the confidence does on items decided later. The first block has none."""
     scored = []
     for start, end in forward_blocks(len(tops)):
         mapped = _confidence_map(tops[:start], weights[:start], isotonic=isotonic)
-        scored += [(mapped(value), hit) for value, hit in tops[start:end]]
+        scored += [
+            Scored(mapped(value), hit, mapped.isotonic is not None)
+            for value, hit in tops[start:end]
+        ]
     return scored
 
 
@@ -183,17 +193,20 @@ class ConfidenceFit:
 
 
 def _confidence_fit(tops: list[tuple[float, bool]], weights: list[float]) -> ConfidenceFit:
-    """Platt's curve while items are few; from ISOTONIC_MIN_ITEMS on, an isotonic map if its
-    forward confidences (isotonic for the blocks fitted on that many, Platt before) score
-    better than Platt's alone on the same later items. The ECE, the curve and the
-    recommendations are the chosen fit's, forward."""
-    forward = _confidences_forward(tops, weights, isotonic=False)
-    isotonic = False
-    if len(tops) >= ISOTONIC_MIN_ITEMS:
-        bent = _confidences_forward(tops, weights, isotonic=True)
-        if fitting.brier(*zip(*bent, strict=True)) < fitting.brier(*zip(*forward, strict=True)):
-            forward, isotonic = bent, True
-    confidences, hits = [c for c, _ in forward], [hit for _, hit in forward]
+    """Platt's curve while items are few. Once a forward block is fitted on at least
+    ISOTONIC_MIN_ITEMS tops, an isotonic map is tried: kept if, on the blocks it scored, its
+    confidences have a lower Brier score than Platt's on the same items. The ECE, the curve
+    and the recommendations are those of the kind of map kept, on the items it scored: every
+    later block for Platt's, only the isotonic blocks for the isotonic map (fewer items, so
+    wider bounds, but the promise is measured on the map that makes it)."""
+    judged = _confidences_forward(tops, weights, isotonic=False)
+    bent = [s for s in _confidences_forward(tops, weights, isotonic=True) if s.isotonic]
+    # The isotonic blocks are the last ones: compare on the same items.
+    same = judged[len(judged) - len(bent) :]
+    isotonic = bool(bent) and _brier(bent) < _brier(same)
+    if isotonic:
+        judged = bent
+    confidences, hits = [s.confidence for s in judged], [s.hit for s in judged]
     return ConfidenceFit(
         mapped=_confidence_map(tops, weights, isotonic=isotonic),
         ece=fitting.expected_calibration_error(confidences, hits),
@@ -208,9 +221,40 @@ def _confidence_fit(tops: list[tuple[float, bool]], weights: list[float]) -> Con
     )
 
 
-def _enough_of_each(tops: list[tuple[float, bool]]) -> bool:
+def _brier(scored: list[Scored]) -> float:
+    return fitting.brier([s.confidence for s in scored], [s.hit for s in scored])
+
+
+@dataclass(frozen=True)
+class RankingFit:
+    coefficients: list[float]
+    confidence: ConfidenceFit
+    accepted_share: float  # of the forward tops
+
+
+def _ranking_fit(
+    samples: list[Sample], names: tuple[str, ...], prior: tuple[float, ...] | None = None
+) -> RankingFit | None:
+    """A ranking fitted on every candidate of these samples, by these features, kept only if,
+    forward, it puts an accepted answer first at least as often as the `prior` does (early
+    decisions, made while memory was empty, teach a ranking little); then its confidence,
+    fitted on the forward top scores (fitted on in-sample ones it would be overconfident).
+    None unless enough of those tops were accepted and enough were not."""
+    tops = out_of_fold(samples, names)
+    predicted = samples[len(samples) - len(tops) :]
+    coefficients = _fit(samples, names)
+    if prior is not None:
+        prior_tops = [_top(sample, list(prior), names) for sample in predicted]
+        if sum(hit for _, hit in prior_tops) > sum(hit for _, hit in tops):
+            tops, coefficients = prior_tops, list(prior)
     hits = [hit for _, hit in tops]
-    return min(sum(hits), len(hits) - sum(hits)) >= MIN_EACH_OUTCOME
+    if min(sum(hits), len(hits) - sum(hits)) < MIN_EACH_OUTCOME:
+        return None
+    return RankingFit(
+        coefficients=coefficients,
+        confidence=_confidence_fit(tops, [sample.weight for sample in predicted]),
+        accepted_share=sum(hits) / len(hits),
+    )
 
 
 def _memory_only(samples: list[Sample]) -> dict[str, Any] | None:
@@ -229,61 +273,44 @@ def _memory_only(samples: list[Sample]) -> dict[str, Any] | None:
         for s in samples
         if any(row[memory] for row in s.features)
     ]
-    if len(offered) < MIN_ITEMS:
+    fit = _ranking_fit(offered, MEMORY_FEATURES) if len(offered) >= MIN_ITEMS else None
+    if fit is None:
         return None
-    tops = out_of_fold(offered, MEMORY_FEATURES)
-    if not _enough_of_each(tops):
-        return None
-    predicted = offered[len(offered) - len(tops) :]
-    fit = _confidence_fit(tops, [s.weight for s in predicted])
     return {
         "features": list(MEMORY_FEATURES),
-        "coefficients": _fit(offered, MEMORY_FEATURES),
-        "platt": list(fit.mapped.platt),
-        "isotonic": fit.mapped.isotonic,
+        "coefficients": fit.coefficients,
+        "platt": list(fit.confidence.mapped.platt),
+        "isotonic": fit.confidence.mapped.isotonic,
         "items": len(offered),
-        "accepted_share": sum(hit for _, hit in tops) / len(tops),
-        "ece": fit.ece,
-        "curve": fit.curve,
-        "recommendations": fit.recommendations,
+        "accepted_share": fit.accepted_share,
+        "ece": fit.confidence.ece,
+        "curve": fit.confidence.curve,
+        "recommendations": fit.confidence.recommendations,
     }
 
 
 def calibration_fit(*, queue: Queue) -> Calibration | None:
     """Fit and store a new calibration, if the queue has enough decided items, with enough
-    whose first candidate was accepted and enough whose was not.
-
-    The ranking is fitted on every candidate, and kept only if, forward, it puts an
-    accepted answer first more often than the prior does (early decisions, made while memory
-    was empty, teach a ranking little). The confidence is then fitted on the chosen
-    ranking's forward top scores: fitted on in-sample ones it would be overconfident. Every
-    feature was read off memory as it was when its item was generated (stored on the
-    candidate then), so no item is scored with the memory its own decision made."""
+    whose first candidate was accepted and enough whose was not (`_ranking_fit`, judged
+    against the fixed prior), and beside it the memory-only one. Every feature was read off
+    memory as it was when its item was generated (stored on the candidate then), so no item
+    is scored with the memory its own decision made."""
     samples = samples_of(queue)
-    if len(samples) < MIN_ITEMS:
+    fit = _ranking_fit(samples, FEATURES, PRIOR_COEFFICIENTS) if len(samples) >= MIN_ITEMS else None
+    if fit is None:
         return None
-    tops = out_of_fold(samples)
-    # The prior, judged on the same (later) items.
-    predicted = samples[len(samples) - len(tops) :]
-    prior_tops = [_top(sample, list(PRIOR_COEFFICIENTS)) for sample in predicted]
-    coefficients = _fit(samples)
-    if sum(hit for _, hit in prior_tops) > sum(hit for _, hit in tops):
-        tops, coefficients = prior_tops, list(PRIOR_COEFFICIENTS)
-    if not _enough_of_each(tops):
-        return None
-    fit = _confidence_fit(tops, [sample.weight for sample in predicted])
     return Calibration.objects.create(
         queue=queue,
         features=list(FEATURES),
-        coefficients=coefficients,
-        top_coefficients=list(fit.mapped.platt),
-        isotonic=fit.mapped.isotonic,
+        coefficients=fit.coefficients,
+        top_coefficients=list(fit.confidence.mapped.platt),
+        isotonic=fit.confidence.mapped.isotonic,
         items=len(samples),
         candidates=sum(len(s.accepted) for s in samples),
-        accepted_share=sum(hit for _, hit in tops) / len(tops),
-        ece=fit.ece,
-        curve=fit.curve,
-        recommendations=fit.recommendations,
+        accepted_share=fit.accepted_share,
+        ece=fit.confidence.ece,
+        curve=fit.confidence.curve,
+        recommendations=fit.confidence.recommendations,
         memory_fit=_memory_only(samples),
     )
 

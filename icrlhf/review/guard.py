@@ -24,8 +24,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from icrlhf.generation.calibration import precision_upper_bound
-from icrlhf.generation.ranking import answer_key
 from icrlhf.integrations import webhooks
+from icrlhf.kinds.labels import answer_key
 from icrlhf.queues.models import Queue
 from icrlhf.review.models import Automation, AutomationPause, Decision
 

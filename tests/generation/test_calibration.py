@@ -128,3 +128,14 @@ def test_the_ece_interval_holds_the_ece_and_narrows_with_more_items() -> None:
     assert few[0] <= expected_calibration_error(confidences[:150], hits[:150]) <= few[1]
     assert many[1] - many[0] < (few[1] - few[0]) / 2
     assert many[1] < 0.05  # well calibrated, and 2,400 items can tell
+
+
+def test_items_tied_on_a_score_are_one_step_whatever_their_order() -> None:
+    knots = isotonic_fit([0.0, 0.0, 2.0, 2.0], [False, True, False, True], [1.0] * 4)
+    assert len(knots) == 1 and knots[0][1] == pytest.approx(0.5)
+    assert (
+        len(
+            {k[0] for k in isotonic_fit([1.0, 1.0, 1.0, 3.0], [True, False, True, True], [1.0] * 4)}
+        )
+        == 2
+    )

@@ -1,14 +1,17 @@
 """Ranking a finished generation: features read off memory and the other candidates, the
 order and confidence stored (with the real embedding model for relevance)."""
 
+import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from icrlhf.generation import ranking
 from icrlhf.generation.models import Calibration, Candidate
-from icrlhf.generation.ranking import FEATURES, Neighbour, answer_key, features_of
+from icrlhf.generation.ranking import FEATURES, MEMORY_FEATURES, Neighbour, features_of
 from icrlhf.integrations import embeddings
+from icrlhf.kinds.labels import answer_key
 from tests.factories import DecisionFactory, ItemFactory, ready_generation
 
 pytestmark = pytest.mark.django_db
@@ -251,3 +254,72 @@ def test_the_prior_ranks_an_answer_reviewers_rejected_below_a_fresh_one(queue: A
     first = generation.candidates.order_by("position").first()
     assert first is not None and first.text == "exchange_rate"
     assert first.ranking_features["against"] == 0.0
+
+
+def test_a_rejected_candidate_meaning_what_its_reviewer_kept_is_no_vote_against_it(
+    queue: Any, user: Any, vector_store: Any
+) -> None:
+    """A decision stores every other candidate as rejected, alike or not: another candidate
+    naming the kept intent must not count against that intent for later requests."""
+    from icrlhf.kinds import kind_of
+    from icrlhf.memory import index
+    from icrlhf.memory.selectors import examples_recall
+    from icrlhf.review.decisions import decision_record
+
+    queue.categories = ["card_arrival", "pin_blocked"]
+    queue.save()
+    item = ItemFactory(queue=queue, input_text="My card has not arrived yet.")
+    generation = ready_generation(item, ["card_arrival", "Card_arrival.", "pin_blocked"])
+    decision = decision_record(
+        item_id=item.pk,
+        reviewer=user,
+        verdict="chosen",
+        candidate_id=generation.candidates.get(text="card_arrival").pk,
+    )
+    index.examples_index(example_ids=[e.pk for e in decision.examples.all()])
+    recall = examples_recall(
+        queue=queue,
+        query_text="My card still has not arrived",
+        k=2,
+        token_budget=10_000,
+        pool=5,
+    )
+    assert len(recall.rejected) == 2  # both other candidates were stored as rejected
+    pin = kind_of(queue).vote_key(text="pin_blocked", queue=queue)
+    against = [n.key for n in ranking.neighbours_of(queue=queue, recall=recall) if n.rejected]
+    assert against == [pin]
+    # Without its preferred sibling among the neighbours, the kept answer is looked up.
+    alone = replace(recall, neighbours=[])
+    assert [n.key for n in ranking.neighbours_of(queue=queue, recall=alone) if n.rejected] == [pin]
+
+
+def test_memory_alone_serves_the_answer_voted_for_and_not_rejected() -> None:
+    """The gateway's choice among the answers memory can give: the memory-only fit's best,
+    with its confidence."""
+    coefficients = [0.0] * (len(MEMORY_FEATURES) + 1)
+    coefficients[1 + MEMORY_FEATURES.index("vote")] = 4.0
+    coefficients[1 + MEMORY_FEATURES.index("against")] = -8.0
+    fit = {"features": list(MEMORY_FEATURES), "coefficients": coefficients, "platt": [0.0, 1.0]}
+    neighbours = [Neighbour(0.9, PIN), Neighbour(0.9, CARD), Neighbour(0.95, PIN, rejected=True)]
+    best = ranking.memory_vote_best(
+        keys=[PIN, CARD], neighbours=neighbours, stored=10, memory_fit=fit | {"isotonic": None}
+    )
+    assert best is not None and best[0] == CARD
+    assert best[1] == pytest.approx(1 / (1 + math.exp(-2.0)))  # sigmoid(4 × half the votes)
+    assert (
+        ranking.memory_vote_best(keys=[], neighbours=neighbours, stored=10, memory_fit=fit) is None
+    )
+
+
+def test_a_generation_retrieved_before_votes_were_keyed_by_the_kind_is_ranked_on_words(
+    queue: Any,
+) -> None:
+    queue.categories = ["card_arrival", "pin_blocked"]
+    queue.save()
+    generation = _generation(
+        queue, ["pin_blocked", "card_arrival"], [(0.9, "card_arrival"), (0.5, "pin_blocked")]
+    )  # stored as {score, answer_key}
+    assert ranking.generation_rank(generation_id=generation.pk)
+    first = generation.candidates.order_by("position").first()
+    assert first is not None and first.text == "card_arrival"
+    assert first.ranking_features["vote"] > 0.8

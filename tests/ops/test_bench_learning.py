@@ -19,6 +19,7 @@ def test_a_small_learning_curve_rises_with_stored_decisions(tmp_path: Path) -> N
         "--sizes=0,40",
         "--test=20",
         "--control=5",
+        "--baseline=10",
         "--candidates=3",
         "--memory-candidates=2",
         "--sweep=-1,0.5",

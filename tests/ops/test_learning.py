@@ -113,5 +113,5 @@ def test_a_data_set_not_in_banking77s_layout_is_refused_with_a_sentence(tmp_path
         call_command("bench_learning", f"--dataset={tmp_path}")
     (tmp_path / "categories.json").write_text('["a", "b"]')
     (tmp_path / "test.csv").write_text("text,category\nhello,a\nbye,b\n")
-    with pytest.raises(CommandError, match="has 2 messages"):
+    with pytest.raises(CommandError, match="it has 2 messages"):
         call_command("bench_learning", f"--dataset={tmp_path}", "--test=10", "--sizes=0,5")

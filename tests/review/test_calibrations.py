@@ -262,14 +262,6 @@ def test_with_enough_items_a_bent_rate_gets_an_isotonic_confidence(queue: Any) -
     assert at(0.3) < 0.25 and 0.65 < at(0.75) < 0.9 and at(0.95) > 0.9
 
 
-def test_few_items_keep_platts_curve(queue: Any) -> None:
-    rng = random.Random(12)
-    for _ in range(120):
-        decided_bent(queue, rng)
-    calibration = calibrations.calibration_fit(queue=queue)
-    assert calibration is not None and calibration.isotonic is None
-
-
 def test_memory_alone_gets_its_own_forward_confidence(queue: Any) -> None:
     """The gateway's answer from memory has no model answer beside it: it is fitted on the
     memory candidates only, by memory's features only, with its own curve and promises."""

@@ -16,7 +16,13 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
-from bench.learning import MINIMUM_TOLERANCE, SERIES, confidence_curve_svg, curve_svg
+from bench.learning import (
+    MINIMUM_TOLERANCE,
+    SERIES,
+    confidence_curve_svg,
+    curve_svg,
+    labelled_split,
+)
 from bench.world import WorldCommand, inside_with_local_llm
 from icrlhf.queues.models import Queue
 
@@ -86,6 +92,12 @@ class Command(WorldCommand):
             help="Held-out messages (600 tell an ECE of 0.05 from noise).",
         )
         parser.add_argument("--control", type=int, default=50, help="Messages for the control.")
+        parser.add_argument(
+            "--baseline",
+            type=int,
+            default=150,
+            help="Held-out messages the model answers with nothing retrieved (the baseline).",
+        )
         parser.add_argument("--candidates", type=int, default=5, help="N per item.")
         parser.add_argument("--memory-candidates", type=int, default=4)
         parser.add_argument("--temperature", type=float, default=0.8)
@@ -145,14 +157,12 @@ class Command(WorldCommand):
                 f"{data} is not a data set in Banking77's layout: it needs test.csv (columns "
                 "text and category) and categories.json (a JSON list of the labels)."
             )
-        with (data / "test.csv").open(encoding="utf-8") as handle:
-            messages = sum(1 for _ in handle) - 1
-        needed = options["test"] + max(_sizes(options))
-        if messages < needed:
-            raise CommandError(
-                f"{data / 'test.csv'} has {messages} messages; --test {options['test']} and "
-                f"sizes up to {max(_sizes(options))} need {needed}."
+        try:  # the split the run will make, tried before anything starts
+            labelled_split(
+                data / "test.csv", seed=0, test=options["test"], stream=max(_sizes(options))
             )
+        except (ValueError, KeyError) as error:
+            raise CommandError(f"{data / 'test.csv'}: {error}") from error
         return inside_with_local_llm("bench_learning", options)
 
     def measure(self, options: dict[str, Any]) -> dict[str, Any]:

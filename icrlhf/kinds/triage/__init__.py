@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from icrlhf.kinds.base import Final, Parsed, QueueKind
+from icrlhf.kinds.labels import answer_key
 from icrlhf.kinds.triage.fields import (
     PRIORITIES,
     TriageParseError,
@@ -87,7 +88,7 @@ class TriageKind(QueueKind):
         # two tickets of one kind are never word for word alike.
         fields = self.parse(text, queue).fields
         if not fields:
-            return super().vote_key(text=text, queue=queue)
+            return answer_key(text)  # unreadable: its own words, never a label read off a reply
         return f"triage:{fields['category']}:{fields['priority']}"
 
     def final(
