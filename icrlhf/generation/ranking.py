@@ -201,17 +201,22 @@ def memory_answer_best(
     scores highest, with its calibrated confidence: what the gateway serves above the queue's
     confidence. As a generation offers them: the first `memory_candidates` distinct answers,
     each by its first example, with the features a generation reads off its retrieval."""
-    kind = kind_of(queue)
+    if not offered:
+        return None
+    neighbours = neighbours_of(queue=queue, recall=recall)
+    # The offered hits are among the recall's neighbours, whose keys come first, in order.
+    key_of = {
+        hit.example.pk: neighbour.key
+        for hit, neighbour in zip(recall.neighbours, neighbours, strict=False)
+    }
     first_of: dict[str, RetrievedExample] = {}
     for hit in offered:
         if len(first_of) >= max(1, queue.memory_candidates):  # the nearest answer, at least
             break
-        first_of.setdefault(kind.vote_key(text=hit.example.output_text, queue=queue), hit)
-    if not first_of:
-        return None
+        first_of.setdefault(key_of[hit.example.pk], hit)
     best = memory_vote_best(
         keys=list(first_of),
-        neighbours=neighbours_of(queue=queue, recall=recall),
+        neighbours=neighbours,
         stored=memory_selectors.preferred_count(queue=queue),
         memory_fit=memory_fit,
     )
