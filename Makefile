@@ -31,19 +31,27 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 # Each stamp is rebuilt when pyproject.toml changes; pip's wheel cache makes re-runs fast.
-# llama-cpp-python goes first, from tools/install-llm's own wheelhouse (never pip's cache,
-# which may hold a build for another CPU); the extras below then find it installed.
-$(VENV)/.installed-llm-$(LLM_BUILD): pyproject.toml tools/install-llm | $(BIN)/python
-	LLM_NATIVE=$(LLM_NATIVE) tools/install-llm $(BIN)/pip
-	@rm -f $(VENV)/.installed-llm-*
+# tools/install-llm compiles llama.cpp's server (once per machine: it keeps the binary in its
+# own cache, never pip's, which may hold a build for another CPU) while pip installs the
+# packages beside it, so the first run waits for the longer of the two, not for both.
+TEST_EXTRAS := .[dev,embedded]
+define install_with_llm
+	LLM_NATIVE=$(LLM_NATIVE) tools/install-llm $(BIN)/pip & llm=$$!; \
+	$(BIN)/pip install --quiet -e "$(1)"; packages=$$?; \
+	wait $$llm && test $$packages = 0
+endef
+
+# Names the llama.cpp build asked for (portable or native), so switching LLM_NATIVE reinstalls.
+$(VENV)/.llm-build-%: | $(BIN)/python
+	@rm -f $(VENV)/.llm-build-*
 	@touch $@
 
-$(VENV)/.installed-run: pyproject.toml $(VENV)/.installed-llm-$(LLM_BUILD) | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[llm,embedded]"
+$(VENV)/.installed-run: pyproject.toml tools/install-llm $(VENV)/.llm-build-$(LLM_BUILD)
+	$(call install_with_llm,.[embedded])
 	@touch $@
 
-$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-llm-$(LLM_BUILD) | $(BIN)/python
-	$(BIN)/pip install --quiet -e ".[dev,llm,embedded]"
+$(VENV)/.installed-test: pyproject.toml tools/install-llm $(VENV)/.llm-build-$(LLM_BUILD)
+	$(call install_with_llm,$(TEST_EXTRAS))
 	@touch $@ $(VENV)/.installed-run
 
 install-run: $(VENV)/.installed-run

@@ -39,14 +39,31 @@ class LocalLLMUnsupported(RuntimeError):
     """The installed llama.cpp build cannot run on this CPU; the message says what to do."""
 
 
+def llama_server_path() -> Path:
+    """llama.cpp's server, which tools/install-llm puts beside this Python."""
+    return Path(sys.executable).parent / "llama-server"
+
+
 def build_features() -> frozenset[str]:
-    """The instruction sets the installed llama.cpp was compiled for, read from its system
-    info in a child process: loading a build this CPU cannot run may kill the process."""
+    """The instruction sets the installed llama-server was compiled for, read from the system
+    info it prints before loading a model. It is given a model that does not exist, so it
+    prints, fails to load and exits; a build this CPU cannot run dies in its own process."""
+    server = llama_server_path()
+    if not server.is_file():
+        raise LocalLLMUnsupported(
+            f"The local LLM's server is not installed ({server}): run `make run`, which builds it."
+        )
     probe = subprocess.run(
         [
-            sys.executable,
-            "-c",
-            "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())",
+            str(server),
+            "--verbosity",
+            "4",  # trace: the level at which llama-server prints its system info
+            "--model",
+            "/nonexistent/model.gguf",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
         ],
         capture_output=True,
         text=True,
@@ -55,15 +72,16 @@ def build_features() -> frozenset[str]:
     if probe.returncode < 0:
         name = signal.Signals(-probe.returncode).name
         raise LocalLLMUnsupported(
-            f"The local LLM's library crashed on load ({name}): it was built for "
+            f"The local LLM's server crashed on start ({name}): it was built for "
             f"instructions this CPU lacks. {REBUILD_HINT}"
         )
-    if probe.returncode != 0:
+    system_info = re.search(r"system_info:.*", probe.stdout + probe.stderr)
+    if system_info is None:
+        last_lines = (probe.stdout + probe.stderr).strip().splitlines()[-1:] or ["no message"]
         raise LocalLLMUnsupported(
-            "The local LLM's library (llama-cpp-python) could not be loaded: "
-            f"{probe.stderr.strip().splitlines()[-1:] or ['no message']}"
+            f"The local LLM's server ({server}) printed no system info: {last_lines[0]}"
         )
-    return features_of(probe.stdout)
+    return features_of(system_info.group(0))
 
 
 def features_of(system_info: str) -> frozenset[str]:

@@ -18,6 +18,8 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
+from icrlhf.ops.local_llm import llama_server_path
+
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
 
@@ -109,7 +111,13 @@ def chat_template_for(model_path: Path) -> Path | None:
     return None if chosen in ("", "model") else Path(chosen)
 
 
-def local_llm_command(model_path: Path, *, alias: str, port: int, slots: int) -> list[str]:
+def local_llm_threads() -> int:
+    return min(4, os.cpu_count() or 1)
+
+
+def local_llm_command(
+    model_path: Path, *, alias: str, port: int, slots: int, threads: int | None = None
+) -> list[str]:
     """llama.cpp's own server, which tools/install-llm builds beside this Python. It decodes
     `slots` requests at once in one batch (continuous batching), so a generation's
     candidates are written together instead of one after another; the slots share one
@@ -118,7 +126,7 @@ def local_llm_command(model_path: Path, *, alias: str, port: int, slots: int) ->
     knows tools: llama.cpp reads a call out of the answer in the template's own format)."""
     template = chat_template_for(model_path)
     return [
-        str(Path(sys.executable).parent / "llama-server"),
+        str(llama_server_path()),
         "--model",
         str(model_path),
         "--alias",
@@ -133,7 +141,14 @@ def local_llm_command(model_path: Path, *, alias: str, port: int, slots: int) ->
         "--ctx-size",
         str(2048 * slots),
         "--threads",
-        str(min(4, os.cpu_count() or 1)),
+        str(threads or local_llm_threads()),
+        # Threads that wait for each other sleep instead of spinning: with spinning (the
+        # default), any other busy process on the cores (the web, the worker's embeddings)
+        # deschedules one thread and every token waits for it. On two cores with two busy
+        # processes, two spinning threads decoded under 1 token/s; sleeping, 35 (one thread:
+        # 45); idle, both 83 (`manage.py bench_llm`).
+        "--poll",
+        "0",
         "--flash-attn",
         "on",
         *(["--chat-template-file", str(template)] if template else []),
@@ -217,7 +232,13 @@ class Stack:
         return f"embedded Valkey at {host}:{port}"
 
     def start_local_llm(
-        self, api_base: str, model_path: Path, alias: str, *, slots: int = 4
+        self,
+        api_base: str,
+        model_path: Path,
+        alias: str,
+        *,
+        slots: int = 4,
+        threads: int | None = None,
     ) -> str:
         url = urlparse(api_base)
         host, port = url.hostname or "127.0.0.1", url.port or 80
@@ -225,7 +246,10 @@ class Stack:
             return f"LLM at {api_base} (already running)"
         if host not in LOOPBACK:
             return f"LLM at {api_base}"
-        self.spawn("llm", local_llm_command(model_path, alias=alias, port=port, slots=slots))
+        self.spawn(
+            "llm",
+            local_llm_command(model_path, alias=alias, port=port, slots=slots, threads=threads),
+        )
         wait_until(lambda: http_ok(f"{api_base}/models"), timeout_s=60, what="The local LLM")
         return f"local llama.cpp server at {api_base} ({model_path.name}, {slots} slots)"
 

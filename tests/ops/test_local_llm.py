@@ -16,16 +16,21 @@ from icrlhf.ops.local_llm import (
     features_of,
     local_llm_check,
 )
-from icrlhf.ops.stack import CHATML_WITH_TOOLS, chat_template_for, local_llm_command
+from icrlhf.ops.stack import (
+    CHATML_WITH_TOOLS,
+    chat_template_for,
+    local_llm_command,
+    local_llm_threads,
+)
 
 
 def test_the_installed_llama_cpp_is_built_for_the_portable_baseline_only() -> None:
-    features = build_features()  # read from the installed library's own system info
+    features = build_features()  # read from the installed server's own system info
     assert "AVX2" in features, features
     beyond = features - PORTABLE_BASELINE
     assert not beyond, (
         f"llama.cpp was compiled with {sorted(beyond)}: a native build, which crashes on other "
-        "CPUs. Reinstall with tools/install-llm (make removes .venv/.installed-llm-*)."
+        "CPUs. Reinstall with tools/install-llm (after removing its cached build)."
     )
 
 
@@ -100,3 +105,13 @@ def test_smollm2_is_given_the_template_that_knows_tools_and_other_models_their_o
 
     settings.LOCAL_LLM_CHAT_TEMPLATE = "/etc/icrlhf/mine.jinja"
     assert chat_template_for(smollm2) == Path("/etc/icrlhf/mine.jinja")
+
+
+def test_the_local_llm_threads_sleep_instead_of_spinning_while_they_wait() -> None:
+    """Spinning threads collapse to under a token a second when anything else is busy on the
+    cores (README: the local LLM); `--poll 0` makes them sleep."""
+    command = local_llm_command(Path("model.gguf"), alias="m", port=8012, slots=4)
+    assert command[command.index("--poll") + 1] == "0"
+    assert command[command.index("--threads") + 1] == str(local_llm_threads())
+    one = local_llm_command(Path("model.gguf"), alias="m", port=8012, slots=1, threads=1)
+    assert one[one.index("--threads") + 1] == "1"

@@ -1,65 +1,70 @@
 import json
 import statistics
-import subprocess
-import sys
+import time
+import urllib.request
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from icrlhf.ops.local_llm import build_features
+from icrlhf.ops.stack import Stack, free_port, local_llm_threads
 
-# Runs in a child process, so the llama.cpp on its PYTHONPATH is the one measured (and a
-# build this CPU cannot run kills the child, not the benchmark).
-_MEASURE = """
-import json, sys, time
-from llama_cpp import Llama
-model, runs, tokens = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-llm = Llama(model_path=model, n_ctx=2048, n_threads=1, verbose=False, seed=7)
-prompt = [{"role": "user", "content": "Write a short story about a lost bank card."}]
-results = []
-for _ in range(runs + 1):  # the first run warms caches up and is dropped
+PROMPT = [{"role": "user", "content": "Write a short story about a lost bank card."}]
+
+
+def _answer(api_base: str, tokens: int) -> dict[str, float]:
+    """One greedy answer from the server, timed from the request to its last byte."""
+    body = json.dumps(
+        {"model": "smollm2", "messages": PROMPT, "max_tokens": tokens, "temperature": 0.0}
+    ).encode()
+    request = urllib.request.Request(
+        f"{api_base}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     started = time.perf_counter()
-    out = llm.create_chat_completion(prompt, max_tokens=tokens, temperature=0.0)
+    with urllib.request.urlopen(request, timeout=300) as response:  # noqa: S310 (loopback)
+        answer = json.load(response)
     seconds = time.perf_counter() - started
-    results.append({"seconds": seconds, "completion_tokens": out["usage"]["completion_tokens"]})
-print(json.dumps(results[1:]))
-"""
+    return {"seconds": seconds, "completion_tokens": answer["usage"]["completion_tokens"]}
 
 
 class Command(BaseCommand):
-    help = "Tokens per second of the installed llama.cpp build on the local model (one thread)."
+    help = (
+        "Tokens per second of the installed llama-server on the local model, as the product "
+        "runs it (one slot, over HTTP)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--runs", type=int, default=5)
         parser.add_argument("--tokens", type=int, default=128, help="Tokens per answer.")
+        parser.add_argument(
+            "--threads",
+            type=int,
+            default=None,
+            help="llama-server's threads (default: as the product starts it).",
+        )
         parser.add_argument("--json", action="store_true", help="End with one JSON line.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         model = settings.LOCAL_LLM_MODEL_PATH
         if not model.is_file():
             raise CommandError(f"No model at {model}: run `manage.py build_models --llm`.")
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                _MEASURE,
-                str(model),
-                str(options["runs"]),
-                str(options["tokens"]),
-            ],
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            raise CommandError(
-                f"The local LLM failed (exit {done.returncode}): {done.stderr[-500:]}"
-            )
-        runs = json.loads(done.stdout.strip().splitlines()[-1])
-        rates = [run["completion_tokens"] / run["seconds"] for run in runs]
         features = sorted(build_features())
+        threads = options["threads"] or local_llm_threads()
+        api_base = f"http://127.0.0.1:{free_port()}/v1"
+        server = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
+        try:
+            server.start_local_llm(api_base, model, alias="smollm2", slots=1, threads=threads)
+            # The first answer warms the caches up and is dropped.
+            runs = [_answer(api_base, options["tokens"]) for _ in range(options["runs"] + 1)][1:]
+        except (OSError, RuntimeError) as error:
+            raise CommandError(f"The local LLM failed: {error}") from error
+        finally:
+            server.stop()
+        rates = [run["completion_tokens"] / run["seconds"] for run in runs]
         result = {
             "build_features": features,
+            "threads": threads,
             "runs": len(runs),
             "tokens_per_answer": statistics.median(run["completion_tokens"] for run in runs),
             "tokens_per_s_median": round(statistics.median(rates), 1),
@@ -67,10 +72,10 @@ class Command(BaseCommand):
             "answer_s_median": round(statistics.median(run["seconds"] for run in runs), 3),
         }
         self.stdout.write(
-            f"llama.cpp built for {' '.join(features)}: {result['tokens_per_s_median']} tokens/s "
-            f"(median of {len(runs)} answers of ~{result['tokens_per_answer']:.0f} tokens, "
-            f"min {result['tokens_per_s_min']}), {result['answer_s_median']} s an answer, "
-            "one thread"
+            f"llama-server built for {' '.join(features)}: {result['tokens_per_s_median']} "
+            f"tokens/s (median of {len(runs)} answers of ~{result['tokens_per_answer']:.0f} "
+            f"tokens, min {result['tokens_per_s_min']}), {result['answer_s_median']} s an "
+            f"answer, {threads} thread(s)"
         )
         if options["json"]:
             self.stdout.write(json.dumps(result, sort_keys=True))
