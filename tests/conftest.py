@@ -288,12 +288,27 @@ def gateway_threads(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> 
             pool.shutdown(wait=True)
 
 
+def recall_answered_here(query: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
+    """Test double of `recall_socket.ask`: the store owner's round of one, in this thread."""
+    from icrlhf.memory import recall_socket
+
+    asked = recall_socket.Asked(query=query, deadline=time.monotonic() + timeout_s)
+    recall_socket.answer_round([asked])
+    return recall_socket.answer_read(asked.answer)
+
+
 @pytest.fixture
 def eager_tasks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Tasks enqueued after commit run inline, in this process (with its own local store)."""
+    """Tasks enqueued after commit run inline, in this process (with its own local store).
+    The worker's other part, answering retrievals over its socket, runs inline too: a test
+    double of the socket (`recall_answered_here`) hands each retrieval to the owner's own
+    code in the asking thread, inside the test's transaction."""
     import celery.app.task
 
+    from icrlhf.memory import recall_socket
     from worker import app
+
+    monkeypatch.setattr(recall_socket, "ask", recall_answered_here)
 
     # While an eager task runs, Celery sets one process-wide "inside a task" flag and puts
     # back what it found after: two eager tasks on two threads (the gateway's capture pool)

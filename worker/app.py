@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import task_prerun, worker_ready
+from celery.signals import task_prerun, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "icrlhf.settings")
 
@@ -55,21 +55,42 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     )
 
 
+_recall_server: Any = None
+
+
 @worker_ready.connect
 def warm_up(sender: Any, **_: object) -> None:
     """Load the embedder and litellm now, and open the vector store in the worker that owns
-    it (the memory queue's: local mode admits one process), so no first task is the slow one."""
+    it (the memory queue's: local mode admits one process), so no first task is the slow one.
+    That worker also answers other processes' retrievals over its socket."""
     from django.conf import settings
 
     from icrlhf.integrations import embeddings, llm, vectors
+    from icrlhf.memory.recall_socket import RecallServer
 
+    global _recall_server
+    memory_worker = settings.CELERY_MEMORY_QUEUE in {
+        queue.name for queue in sender.task_consumer.queues
+    }
     try:
         embeddings.warm_up()
         llm.warm_up()
-        if settings.CELERY_MEMORY_QUEUE in {queue.name for queue in sender.task_consumer.queues}:
+        if memory_worker:
             vectors.warm_up()
     except Exception:  # A missing model or store must not stop the worker; tasks report it.
         logging.getLogger(__name__).exception("Warm-up failed")
+    if memory_worker and not settings.QDRANT_URL:  # the embedded store is this process's
+        try:
+            _recall_server = RecallServer()
+            _recall_server.start()
+        except Exception:
+            logging.getLogger(__name__).exception("Retrievals cannot be answered")
+
+
+@worker_shutdown.connect
+def recall_server_stopped(**_: object) -> None:
+    if _recall_server is not None:
+        _recall_server.stop()
 
 
 @task_prerun.connect

@@ -7,9 +7,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from icrlhf.integrations import embeddings, llm, vectors
-from icrlhf.integrations.embeddings import EmbeddingModelMissing
-from icrlhf.integrations.vectors import VectorStoreUnavailable
-from icrlhf.memory import index
+from icrlhf.memory import index, recall_socket
 from icrlhf.memory.models import Example
 from icrlhf.memory.signatures import PLAIN, Signature
 from icrlhf.queues.models import Queue
@@ -52,8 +50,10 @@ def examples_recall(
     token_budget: int,
     pool: int = 0,
     signature: Signature = PLAIN,
+    vector: list[float] | None = None,
 ) -> Recall:
-    """The queue's preferred examples for a query.
+    """The queue's preferred examples for a query (`vector`: its embedding, when the caller
+    embedded it already, as one of a batch).
 
     For the prompt: pinned examples always come first (a curator pinned them to be in every
     prompt); then the most similar active ones, ranked by similarity × weight, without
@@ -68,7 +68,7 @@ def examples_recall(
         # Nothing to find: a new queue's requests are not embedded for nothing.
         return Recall(examples=[], neighbours=[], minimum=minimum)
     collection = index.collection_of(queue.pk)
-    vector = embeddings.embed_text(query_text)
+    vector = vector or embeddings.embed_text(query_text)
     pinned = [
         example
         for example in Example.objects.filter(
@@ -261,9 +261,8 @@ def examples_recall_anywhere(
 ) -> Recall:
     """`examples_recall` from any process. A Qdrant server admits every process; the embedded
     store admits one, the worker that consumes the memory queue, so other processes ask it
-    (a task with a result, at priority 0: never behind a flood's generations) and read the
-    rows themselves. No answer in GATEWAY_RECALL_TIMEOUT_S counts as the store being
-    unavailable."""
+    over its socket (`recall_socket`) and read the rows themselves. No answer in
+    GATEWAY_RECALL_TIMEOUT_S counts as the store being unavailable."""
     if settings.QDRANT_URL:
         return examples_recall(
             queue=queue,
@@ -273,32 +272,20 @@ def examples_recall_anywhere(
             pool=pool,
             signature=signature,
         )
-    from celery.exceptions import TimeoutError as ResultTimeout
-
-    from icrlhf.memory import tasks
-
     if k <= 0 and pool <= 0:
         return Recall(examples=[], neighbours=[], minimum=queue.min_similarity)
-    try:
-        # Not run at all once its caller has stopped waiting; its answer is not kept.
-        result = tasks.examples_recall.apply_async(
-            (queue.pk, query_text, k, token_budget, pool, signature.as_json()),
-            priority=0,
-            expires=settings.GATEWAY_RECALL_TIMEOUT_S,
-        )
-        found = result.get(timeout=settings.GATEWAY_RECALL_TIMEOUT_S)
-        result.forget()
-    except (ResultTimeout, TimeoutError) as error:
-        raise vectors.VectorStoreUnavailable(
-            f"The worker that owns the store did not answer in "
-            f"{settings.GATEWAY_RECALL_TIMEOUT_S:g} s."
-        ) from error
-    except (VectorStoreUnavailable, EmbeddingModelMissing):
-        raise
-    except Exception as error:  # the broker is down, the task failed in the worker
-        raise vectors.VectorStoreUnavailable(f"Retrieval failed: {error}") from error
-    # Absent from a worker older than the web process.
-    below, rejected = found.get("below_minimum", []), found.get("rejected", [])
+    found = recall_socket.ask(
+        {
+            "queue_id": queue.pk,
+            "query_text": query_text,
+            "k": k,
+            "token_budget": token_budget,
+            "pool": pool,
+            "signature": signature.as_json(),
+        },
+        timeout_s=settings.GATEWAY_RECALL_TIMEOUT_S,
+    )
+    below, rejected = found["below_minimum"], found["rejected"]
     rows = Example.objects.in_bulk(
         [pair[0] for pair in found["examples"] + found["neighbours"] + below + rejected]
     )
@@ -314,9 +301,25 @@ def examples_recall_anywhere(
         examples=retrieved(found["examples"]),
         neighbours=retrieved(found["neighbours"]),
         below_minimum=retrieved(below),
-        minimum=found.get("minimum", queue.min_similarity),
+        minimum=found["minimum"],
         rejected=retrieved(rejected),
     )
+
+
+def recall_as_json(recall: Recall) -> dict[str, Any]:
+    """A recall as the store's owner sends it: example ids and scores (the asker reads the
+    rows from the database)."""
+
+    def pairs(found: list[RetrievedExample]) -> list[list[Any]]:
+        return [[str(r.example.pk), r.score] for r in found]
+
+    return {
+        "examples": pairs(recall.examples),
+        "neighbours": pairs(recall.neighbours),
+        "below_minimum": pairs(recall.below_minimum),
+        "minimum": recall.minimum,
+        "rejected": pairs(recall.rejected),
+    }
 
 
 def _within_budget(

@@ -65,34 +65,3 @@ def memory_reindex(queue_slug: str | None = None) -> dict[str, Any]:
     from icrlhf.memory.integrity import memory_reindex as reindex
 
     return reindex(queue_slug=queue_slug)
-
-
-@shared_task(name="memory.recall", ignore_result=False)
-def examples_recall(
-    queue_id: int,
-    query_text: str,
-    k: int,
-    token_budget: int,
-    pool: int,
-    signature: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Retrieval for a process that does not own the embedded store (the gateway)."""
-    from icrlhf.memory import selectors
-    from icrlhf.memory.signatures import PLAIN, Signature
-    from icrlhf.queues.models import Queue
-
-    recall = selectors.examples_recall(
-        queue=Queue.objects.get(pk=queue_id),
-        query_text=query_text,
-        k=k,
-        token_budget=token_budget,
-        pool=pool,
-        signature=PLAIN if signature is None else Signature.from_json(signature),
-    )
-    return {
-        "examples": [[str(r.example.pk), r.score] for r in recall.examples],
-        "neighbours": [[str(r.example.pk), r.score] for r in recall.neighbours],
-        "below_minimum": [[str(r.example.pk), r.score] for r in recall.below_minimum],
-        "minimum": recall.minimum,
-        "rejected": [[str(r.example.pk), r.score] for r in recall.rejected],
-    }
