@@ -17,7 +17,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import queue
 import socket
 import socketserver
@@ -136,11 +135,10 @@ class RecallServer:
                 f"Another process already answers retrievals at {self.path}."
             )
         self.path.unlink(missing_ok=True)  # left by a worker that was killed
-        previous = os.umask(0o177)  # the socket is its owner's user's only
-        try:
-            self._server = _Server(str(self.path), _Handler)
-        finally:
-            os.umask(previous)
+        self._server = _Server(str(self.path), _Handler)
+        # Its owner's user's only (connecting takes write permission, which the usual umask
+        # already withholds from others until this narrows it further).
+        self.path.chmod(0o600)
         self._server.asked = queue.Queue()
         threading.Thread(
             target=self._server.serve_forever, name="recall-accept", daemon=True
