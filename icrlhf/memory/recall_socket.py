@@ -189,9 +189,10 @@ def answer_round(round_: list[Asked]) -> None:
     """Embeds the round's texts as one batch, then searches each with its vector."""
     from icrlhf.memory import selectors  # which asks through this module
 
-    waiting = [each for each in round_ if each.deadline > time.monotonic()]
+    now = time.monotonic()
+    waiting = [each for each in round_ if each.deadline > now]
     for each in round_:
-        if each not in waiting:
+        if each.deadline <= now:
             each.done.set()  # its caller has stopped waiting: not searched for nothing
     if not waiting:
         return
