@@ -14,7 +14,7 @@ PORT ?= 8000
 LLM_NATIVE ?= 0
 LLM_BUILD := $(if $(filter 1,$(LLM_NATIVE)),native,portable)
 
-.PHONY: help run test bench chaos lint install-run install-test models secret-key browser
+.PHONY: help run test bench chaos lint install-run install-test models secret-key browser loadgen
 
 help:
 	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
@@ -76,13 +76,26 @@ browser:
 		test "$$(id -u)" = 0 || { echo "Install Debian's chromium (apt-get install -y chromium)"; exit 1; }; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+# The gateway benchmark's load generator (Debian's hey, compiled) and its yardstick, LiteLLM's
+# proxy, in a virtualenv of its own at the litellm version the product pins.
+LITELLM_VERSION := $(shell sed -n 's/.*"litellm==\([0-9.]*\)".*/\1/p' pyproject.toml)
+LITELLM_PROXY := $(HOME)/.cache/icrlhf/litellm-proxy-$(LITELLM_VERSION)
+loadgen:
+	@command -v hey >/dev/null || { \
+		test "$$(id -u)" = 0 || { echo "Install Debian's hey (apt-get install -y hey)"; exit 1; }; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq hey; }
+	@test -f $(LITELLM_PROXY)/.installed || { rm -rf $(LITELLM_PROXY) && \
+		$(PYTHON) -m venv $(LITELLM_PROXY) && \
+		$(LITELLM_PROXY)/bin/pip install --quiet "litellm[proxy]==$(LITELLM_VERSION)" && \
+		touch $(LITELLM_PROXY)/.installed; }
+
 # The whole suite on SQLite, then on PostgreSQL when one answers (DATABASE_URL, else
 # 127.0.0.1:5432); it says which databases it ran on.
-test: install-test models browser lint
+test: install-test models browser loadgen lint
 	tools/run-tests $(BIN)/python $(PYTEST_ARGS)
 
 # The pipeline and review benchmarks run on SQLite, then on PostgreSQL when one answers.
-bench: install-test models secret-key
+bench: install-test models secret-key loadgen
 	$(BIN)/python manage.py bench_llm $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_pipeline $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_pipeline --local-model $(BENCH_ARGS)

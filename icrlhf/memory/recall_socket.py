@@ -119,6 +119,8 @@ class _Handler(socketserver.StreamRequestHandler):
 
 class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
+    # socketserver's backlog of 5 would make a burst of askers wait in connect().
+    request_queue_size = 128
     asked: "queue.Queue[Asked]"
 
 

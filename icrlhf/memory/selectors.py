@@ -71,9 +71,9 @@ def examples_recall(
     vector = vector or embeddings.embed_text(query_text)
     pinned = [
         example
-        for example in Example.objects.filter(
-            queue=queue, role=Example.Role.PREFERRED, status=Example.Status.PINNED
-        ).order_by("created_at")
+        for example in _rows()
+        .filter(queue=queue, role=Example.Role.PREFERRED, status=Example.Status.PINNED)
+        .order_by("created_at")
         if _admitted(example, signature)
     ][: max(k, pool)]
     pinned_scores = vectors.search_among(
@@ -216,27 +216,41 @@ def _live_of(
     examples that the signature admits, and the first `limit` that are its active rejected
     ones: the database is the source of truth, so a point whose row is gone or changed is
     stale, and a point or row of another queue (a store shared wrongly, a collection left
-    from another install) is never anyone's example here."""
+    from another install) is never anyone's example here.
+
+    Rows are read for as many hits as are still missing, nearest first, rather than for all
+    of them: a search over-fetches several times what is kept (see `_live_hits`), and
+    reading rows is most of a retrieval's time."""
     candidates = [
         hit
         for hit in hits
         if hit.payload.get("queue_id") == queue_id
         and hit.payload.get("status") == Example.Status.ACTIVE
     ]
-    rows = Example.objects.filter(queue_id=queue_id).in_bulk([hit.id for hit in candidates])
 
     def of_role(role: str) -> list[tuple[vectors.Hit, Example]]:
-        return [
-            (hit, rows[hit.id])
-            for hit in candidates
-            if hit.payload.get("role") == role
-            and hit.id in rows
-            and rows[hit.id].role == role
-            and rows[hit.id].status == Example.Status.ACTIVE
-            and _admitted(rows[hit.id], signature)
-        ][:limit]
+        waiting = [hit for hit in candidates if hit.payload.get("role") == role]
+        found: list[tuple[vectors.Hit, Example]] = []
+        while waiting and len(found) < limit:
+            batch, waiting = waiting[: limit - len(found)], waiting[limit - len(found) :]
+            rows = _rows().filter(queue_id=queue_id).in_bulk([hit.id for hit in batch])
+            found += [
+                (hit, rows[hit.id])
+                for hit in batch
+                if hit.id in rows
+                and rows[hit.id].role == role
+                and rows[hit.id].status == Example.Status.ACTIVE
+                and _admitted(rows[hit.id], signature)
+            ]
+        return found
 
     return of_role(Example.Role.PREFERRED), of_role(Example.Role.REJECTED)
+
+
+def _rows() -> QuerySet[Example]:
+    """Examples as retrieval reads them: without their neighbour lists, which only the admin
+    shows and which grow with the queue."""
+    return Example.objects.defer("similar")
 
 
 def kept_answers(*, decision_ids: set[int]) -> dict[int, str]:
@@ -286,7 +300,7 @@ def examples_recall_anywhere(
         timeout_s=settings.GATEWAY_RECALL_TIMEOUT_S,
     )
     below, rejected = found["below_minimum"], found["rejected"]
-    rows = Example.objects.in_bulk(
+    rows = _rows().in_bulk(
         [pair[0] for pair in found["examples"] + found["neighbours"] + below + rejected]
     )
 

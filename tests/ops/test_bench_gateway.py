@@ -1,5 +1,6 @@
 """The gateway benchmark's own harness, small: a real worker and gateway process, the
-fixed-latency endpoint, every call answered, and the JSON line the README's figures come from."""
+fixed-latency endpoint, hey's calls all answered, LiteLLM's proxy measured beside them, and the
+JSON line the README's figures come from."""
 
 import io
 import json
@@ -32,3 +33,10 @@ def test_the_gateway_benchmark_answers_every_call_and_reports_its_figures() -> N
     assert all(run["from_memory"] == 0 for run in result["runs"].values())
     assert result["overhead_p95_ms_10k_32"] > 0 and result["memory_answer_p95_ms"] > 0
     assert result["throughput_rps_32"] > 1
+    # The same calls through LiteLLM's proxy, every one answered, and the two compared.
+    assert result["litellm"]["errors"] == 0 and result["litellm"]["calls"] == 64
+    assert result["litellm_overhead_p95_ms_32"] > 0
+    assert result["overhead_ratio_vs_litellm_32"] == pytest.approx(
+        result["overhead_p95_ms_10k_32"] / result["litellm_overhead_p95_ms_32"]
+    )
+    assert result["upstream_overhead_p95_ms_32"] >= 0

@@ -16,6 +16,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: 32 clients connecting at once overflow it,
+    # and each connection refused waits a second before trying again (a TCP retransmission),
+    # which a benchmark would count as the gateway's time.
+    request_queue_size = 128
+
+
 class FixedLatencyLLM:
     def __init__(self, *, latency_s: float = 1.0, host: str = "127.0.0.1", port: int = 0) -> None:
         self.latency_s = latency_s
@@ -26,7 +33,7 @@ class FixedLatencyLLM:
         self.last_authorization = ""  # the key the latest call was sent with
         self._counter = itertools.count(1)
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer((host, port), self._handler_class())
+        self._server = _Server((host, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 

@@ -1,30 +1,31 @@
 """Gateway benchmark: what the OpenAI-compatible endpoint adds to an upstream call, how fast it
-answers from memory, and how many calls a second it carries.
+answers from memory, and how many calls a second it carries, beside LiteLLM's proxy.
 
 A throw-away world (SQLite file, or a scratch PostgreSQL database; Qdrant local folder; its
 own broker queue) holds two queues with 1k and 10k preferred examples, embedded by the real
 model from Banking77's requests. The real worker (which owns the embedded store and answers
 the gateway's retrievals) and the real gateway process (uvicorn) run against an
-OpenAI-compatible endpoint with a fixed latency. Clients call the gateway over HTTP, 1 and 32
-at a time, with paraphrased requests (the upstream answers) and with stored requests on a
-queue that answers from memory.
+OpenAI-compatible endpoint with a fixed latency. hey, a compiled load generator, calls the
+gateway 1 and 32 at a time, with a paraphrased request (the upstream answers) and with a
+stored request on a queue that answers from memory; then, with the same body, the upstream
+alone and LiteLLM's proxy in front of it.
 
-Overhead = the time the client waited minus the upstream call's time, as the gateway measured
-it around the call (`Server-Timing: upstream`): retrieval, the prompt, the database and the
-HTTP layers."""
+Overhead = the time the call took, less the upstream's fixed latency: retrieval, the prompt,
+the database, the HTTP layers, and what the upstream itself adds (measured alone). The call
+log gives the retrieval times and which calls memory answered."""
 
-import asyncio
 import csv
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import CommandParser
 
-from bench.world import WorldCommand, percentile, world
+from bench import litellm_proxy, loadgen
+from bench.world import World, WorldCommand, percentile, world
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 SIZES = (1_000, 10_000)
@@ -33,6 +34,7 @@ _BATCH = 500
 # A stored request's own text scores ~1.0: well above this, so every such call is answered
 # from memory; paraphrases (the other calls) stay below it and go to the model.
 _MEMORY_THRESHOLD = 0.97
+_UPSTREAM_MODEL = "openai/fixed-latency"
 
 
 class Command(WorldCommand):
@@ -48,6 +50,12 @@ class Command(WorldCommand):
         )
         parser.add_argument("--database-url", default="", help="As for bench_pipeline.")
         parser.add_argument(
+            "--no-litellm",
+            dest="litellm",
+            action="store_false",
+            help="Do not measure LiteLLM's proxy beside the gateway.",
+        )
+        parser.add_argument(
             "--recall-timeout",
             type=float,
             default=settings.GATEWAY_RECALL_TIMEOUT_S,
@@ -55,28 +63,38 @@ class Command(WorldCommand):
         )
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
-        llm = FixedLatencyLLM(latency_s=options["latency"]).start()
+        loadgen.hey_path()  # before anything starts: say at once what is missing
+        upstream = FixedLatencyLLM(latency_s=options["latency"]).start()
         try:
             with world(
                 "bench-gateway",
                 database_url=options["database_url"],
-                LLM_API_BASE=llm.api_base,
-                LLM_MODEL="openai/fixed-latency",
+                LLM_API_BASE=upstream.api_base,
+                LLM_MODEL=_UPSTREAM_MODEL,
                 GATEWAY_RECALL_TIMEOUT_S=str(options["recall_timeout"]),
             ) as here:
                 seeded = here.inside("bench_gateway", {**options, "phase": "seed"})
                 here.worker(concurrency=8)
-                _, api_base = here.gateway()
-
-                def threshold_set(slug: str, threshold: float | None) -> None:
-                    phase = {"phase": "threshold", "slug": slug, "threshold": threshold}
-                    here.inside("bench_gateway", {**options, **phase})
-
-                return asyncio.run(_load(api_base, seeded, options, threshold_set))
+                _, gateway = here.gateway()
+                litellm = (
+                    litellm_proxy.start(
+                        here.stack,
+                        upstream_api_base=upstream.api_base,
+                        upstream_model=_UPSTREAM_MODEL,
+                        folder=here.folder,
+                    )
+                    if options["litellm"]
+                    else None
+                )
+                return _measured(
+                    here, seeded, options, gateway=gateway, upstream=upstream, litellm=litellm
+                )
         finally:
-            llm.stop()
+            upstream.stop()
 
     def measure(self, options: dict[str, Any]) -> dict[str, Any]:
+        if options["phase"] == "logged":
+            return _logged(options["slug"], options["since"])
         if options["phase"] == "threshold":
             from icrlhf.queues.models import Queue
 
@@ -101,10 +119,22 @@ class Command(WorldCommand):
                 f"p95 {figures['latency_p95_ms']:.1f} ms; {figures['throughput_rps']:.1f} "
                 f"calls/s; {figures['errors']} errors"
             )
+        upstream = result["upstream_overhead_p95_ms_32"]
+        self.stdout.write(f"the upstream alone, 32 clients: overhead p95 {upstream:.1f} ms")
+        if "litellm" in result:
+            theirs = result["litellm"]
+            self.stdout.write(
+                f"LiteLLM's proxy, 32 clients: overhead p50 {theirs['overhead_p50_ms']:.1f} ms, "
+                f"p95 {theirs['overhead_p95_ms']:.1f} ms; {theirs['throughput_rps']:.1f} "
+                f"calls/s; {theirs['errors']} errors"
+            )
+        ratio = result.get("overhead_ratio_vs_litellm_32")
         self.stdout.write(
-            f"Targets: overhead p95 at 10k, 32 clients {result['overhead_p95_ms_10k_32']:.1f} ms "
-            f"(≤ 25); memory answers p95 {result['memory_answer_p95_ms']:.1f} ms (≤ 25); "
-            f"throughput at 32 clients {result['throughput_rps_32']:.1f} calls/s (≥ 28)"
+            f"Targets: overhead p95 at 32 clients {result['overhead_p95_ms_10k_32']:.1f} ms "
+            f"(≤ 25, and ≤ LiteLLM's: ratio {'n/a' if ratio is None else f'{ratio:.2f}'}); "
+            f"memory answers p95 {result['memory_answer_p95_ms']:.1f} ms at 1 client (≤ 15), "
+            f"{result['memory_answer_p95_ms_32']:.1f} ms at 32 (≤ 50); throughput at 32 "
+            f"clients {result['throughput_rps_32']:.1f} calls/s (≥ 30)"
         )
 
 
@@ -161,106 +191,115 @@ def _seed(sizes: list[int]) -> dict[str, Any]:
             ]
             Example.objects.bulk_create(rows)
             index.examples_index(example_ids=[r.id for r in rows], neighbours=False)
-        stored = Example.objects.filter(queue=queue).order_by("?")
+        stored = Example.objects.filter(queue=queue).order_by("?")  # one, asked of memory
         seeded["queues"][slug] = {
             "size": size,
             "token": token_create(queue=queue, name="bench")[1],
-            "stored": list(stored.values_list("input_text", flat=True)[:200]),
+            "stored": stored.values_list("input_text", flat=True).first(),
         }
     return seeded
 
 
-async def _load(
-    api_base: str,
+def _measured(
+    here: World,
     seeded: dict[str, Any],
     options: dict[str, Any],
-    threshold_set: Callable[[str, float | None], None],
+    *,
+    gateway: str,
+    upstream: FixedLatencyLLM,
+    litellm: str | None,
 ) -> dict[str, Any]:
-    import httpx
-
-    paraphrases = [text for text, _ in _texts()]
+    """hey against the gateway, queue by queue and 1 then 32 clients at a time; then, with the
+    same body, against the upstream alone and against LiteLLM's proxy in front of it."""
+    latency_ms = options["latency"] * 1000
+    question = _texts()[0][0]  # a paraphrase: no stored request is near enough to answer it
     runs: dict[str, Any] = {}
     memory: dict[str, Any] = {}
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with httpx.AsyncClient(base_url=api_base, timeout=60, limits=limits) as http:
-        for slug, queue in seeded["queues"].items():
-            size = queue["size"]
-            for clients in CLIENTS:
-                calls = clients * options["calls_per_client"]
-                await _run(http, queue["token"], slug, paraphrases[:clients], clients)  # warm
-                runs[f"{_label(size)}_{clients}"] = await _run(
-                    http, queue["token"], slug, paraphrases, calls, clients=clients
-                )
-            threshold_set(slug, _MEMORY_THRESHOLD)
-            for clients in CLIENTS:
-                calls = clients * options["calls_per_client"]
-                memory[f"{_label(size)}_{clients}"] = await _run(
-                    http, queue["token"], slug, queue["stored"], calls, clients=clients
-                )
-            threshold_set(slug, None)
+
+    def measured(slug: str, token: str, text: str, clients: int) -> dict[str, Any]:
+        body = {"model": slug, "messages": [{"role": "user", "content": text}]}
+        headers = {"Authorization": f"Bearer {token}"}
+        url = f"{gateway}/chat/completions"
+        loadgen.post(url, body, calls=clients, clients=clients, headers=headers)  # warm
+        since = time.time()
+        calls = clients * options["calls_per_client"]
+        load = loadgen.post(url, body, calls=calls, clients=clients, headers=headers)
+        logged: dict[str, Any] = here.inside(
+            "bench_gateway", {**options, "phase": "logged", "slug": slug, "since": since}
+        )
+        return _figures(load, latency_ms=latency_ms) | logged
+
+    def threshold_set(slug: str, threshold: float | None) -> None:
+        here.inside(
+            "bench_gateway", {**options, "phase": "threshold", "slug": slug, "threshold": threshold}
+        )
+
+    for slug, queue in seeded["queues"].items():
+        label = _label(queue["size"])
+        for clients in CLIENTS:
+            runs[f"{label}_{clients}"] = measured(slug, queue["token"], question, clients)
+        threshold_set(slug, _MEMORY_THRESHOLD)
+        for clients in CLIENTS:
+            memory[f"{label}_{clients}"] = measured(slug, queue["token"], queue["stored"], clients)
+        threshold_set(slug, None)
     biggest = _label(max(q["size"] for q in seeded["queues"].values()))
-    return {
+    ours = runs[f"{biggest}_32"]
+    result = {
         "runs": runs,
         "memory": memory,
-        "overhead_p95_ms_10k_32": runs[f"{biggest}_32"]["overhead_p95_ms"],
+        "overhead_p95_ms_10k_32": ours["overhead_p95_ms"],
         "memory_answer_p95_ms": memory[f"{biggest}_1"]["latency_p95_ms"],
         "memory_answer_p95_ms_32": memory[f"{biggest}_32"]["latency_p95_ms"],
-        "throughput_rps_32": runs[f"{biggest}_32"]["throughput_rps"],
+        "throughput_rps_32": ours["throughput_rps"],
     }
+    calls = 32 * options["calls_per_client"]
+    body = {"model": "fixed-latency", "messages": [{"role": "user", "content": question}]}
+    alone = loadgen.post(f"{upstream.api_base}/chat/completions", body, calls=calls, clients=32)
+    result["upstream_overhead_p95_ms_32"] = _figures(alone, latency_ms=latency_ms)[
+        "overhead_p95_ms"
+    ]
+    if litellm is not None:
+        body["model"] = litellm_proxy.MODEL
+        headers = {"Authorization": f"Bearer {litellm_proxy.MASTER_KEY}"}
+        url = f"{litellm}/chat/completions"
+        loadgen.post(url, body, calls=32, clients=32, headers=headers)  # warm
+        theirs = _figures(
+            loadgen.post(url, body, calls=calls, clients=32, headers=headers), latency_ms=latency_ms
+        )
+        result["litellm"] = theirs
+        result["litellm_overhead_p95_ms_32"] = theirs["overhead_p95_ms"]
+        result["overhead_ratio_vs_litellm_32"] = ours["overhead_p95_ms"] / theirs["overhead_p95_ms"]
+    return result
 
 
-def _upstream_ms(timing: str) -> float:
-    parts = dict(
-        (entry.split(";dur=")[0].strip(), float(entry.split(";dur=")[1]))
-        for entry in timing.split(",")
-        if ";dur=" in entry
-    )
-    return parts.get("upstream", 0.0)
-
-
-async def _run(
-    http: Any, token: str, slug: str, texts: list[str], calls: int, *, clients: int = 0
-) -> dict[str, Any]:
-    clients = clients or calls
-    walls: list[float] = []
-    overheads: list[float] = []
-    retrievals: list[float] = []
-    errors = from_memory = 0
-    next_call = iter(range(calls))
-
-    async def client() -> None:
-        nonlocal errors, from_memory
-        for n in next_call:
-            body = {"model": slug, "messages": [{"role": "user", "content": texts[n % len(texts)]}]}
-            started = time.perf_counter()
-            response = await http.post(
-                "/chat/completions", json=body, headers={"Authorization": f"Bearer {token}"}
-            )
-            wall = (time.perf_counter() - started) * 1000
-            if response.status_code != 200:
-                errors += 1
-                continue
-            from_memory += response.headers.get("x-icrlhf-source") == "memory"
-            timing = response.headers.get("server-timing", "")
-            walls.append(wall)
-            overheads.append(wall - _upstream_ms(timing))
-            retrievals.append(
-                float(timing.split("retrieval;dur=")[1].split(",")[0])
-                if "retrieval" in timing
-                else 0.0
-            )
-
-    started = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    elapsed = time.perf_counter() - started
+def _figures(load: loadgen.Load, *, latency_ms: float) -> dict[str, Any]:
+    """Overhead: the time a call took, less the upstream's fixed latency (so it includes what
+    the upstream itself adds: `upstream_overhead_p95_ms_32` measures that alone)."""
+    walls = load.answered_ms
+    overheads = [wall - latency_ms for wall in walls]
     return {
-        "calls": calls,
-        "errors": errors,
-        "from_memory": from_memory,
-        "throughput_rps": len(walls) / elapsed,
+        "calls": load.calls,
+        "errors": load.errors,
+        "throughput_rps": len(walls) / load.elapsed_s if load.elapsed_s else 0.0,
         "latency_p50_ms": statistics.median(walls) if walls else float("nan"),
         "latency_p95_ms": percentile(walls, 95),
         "overhead_p50_ms": statistics.median(overheads) if overheads else float("nan"),
         "overhead_p95_ms": percentile(overheads, 95),
+    }
+
+
+def _logged(slug: str, since: float) -> dict[str, Any]:
+    """What the gateway's call log says of a run's calls: how many it answered from memory,
+    and how long their retrieval took."""
+    from icrlhf.gateway.models import Call
+
+    calls = Call.objects.filter(
+        queue__slug=slug, created_at__gte=datetime.fromtimestamp(since, tz=UTC)
+    )
+    retrievals = [
+        float(ms) for ms in calls.values_list("retrieval_ms", flat=True) if ms is not None
+    ]
+    return {
+        "from_memory": calls.filter(source=Call.Source.MEMORY).count(),
         "retrieval_p50_ms": statistics.median(retrievals) if retrievals else float("nan"),
     }
