@@ -24,6 +24,8 @@ help:
 	@echo "              production replay, agents)"
 	@echo "make chaos  - inject faults into the real loop and print what was lost or stuck"
 	@echo "make lint   - ruff, mypy and the import layers (import-linter)"
+	@echo "make loadgen - hey and LiteLLM's proxy, for the gateway benchmark (make test and make bench"
+	@echo "              install them)"
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Python 3.12 or newer is required (set PYTHON=...)"; exit 1; }
