@@ -65,13 +65,18 @@ def warm_up(sender: Any, **_: object) -> None:
     That worker also answers other processes' retrievals over its socket."""
     from django.conf import settings
 
+    from icrlhf.generation import tasks as generation_tasks
     from icrlhf.integrations import embeddings, llm, vectors
     from icrlhf.memory.recall_socket import RecallServer
 
     global _recall_server
-    memory_worker = settings.CELERY_MEMORY_QUEUE in {
-        queue.name for queue in sender.task_consumer.queues
-    }
+    consumed = {queue.name for queue in sender.task_consumer.queues}
+    memory_worker = settings.CELERY_MEMORY_QUEUE in consumed
+    # Its prepare tasks generate their candidates themselves: the broker would only hand
+    # them to another thread of this same pool.
+    generation_tasks.fan_out_inline = (
+        memory_worker and settings.CELERY_TASK_DEFAULT_QUEUE in consumed
+    )
     try:
         embeddings.warm_up()
         llm.warm_up()

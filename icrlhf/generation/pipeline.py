@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from icrlhf.generation import ranking, selectors, signals, tasks
@@ -61,10 +61,12 @@ def _candidate_lease() -> timedelta:
     return timedelta(seconds=settings.LLM_TIMEOUT_S + 30)
 
 
-def generation_prepare(*, generation_id: int) -> list[int]:
-    """Retrieve examples, build and store the exact messages, and fan out the candidates.
+def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]:
+    """Retrieve examples, build and store the exact messages, and fan out the candidates:
+    through the broker, or, `inline`, right here (the caller's worker consumes the LLM
+    queue too, so the broker's hand-over would only add its round trip).
 
-    Returns the ids of the candidates enqueued (none when someone else has the generation).
+    Returns the ids of the candidates fanned out (none when someone else has the generation).
     """
     now = timezone.now()
     claimed = (
@@ -133,7 +135,8 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             retrieval_error=retrieval_error,
             retrieval_ms=retrieval_ms,
             neighbours=[n.as_json() for n in ranking.neighbours_of(queue=queue, recall=recall)],
-            stored_examples=memory_selectors.preferred_count(queue=queue),
+            # Counted only when the store had something to search.
+            stored_examples=memory_selectors.preferred_count(queue=queue) if recall.stored else 0,
             min_similarity=recall.minimum,
             below_minimum=[
                 {"example": str(hit.example.pk), "score": hit.score} for hit in recall.below_minimum
@@ -141,7 +144,8 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             prepared_at=timezone.now(),
             lease_expires_at=None,
         )
-        pending = list(generation.candidates.filter(status=Candidate.Status.PENDING).order_by("pk"))
+        candidates = list(generation.candidates.order_by("pk"))
+        pending = [c for c in candidates if c.status == Candidate.Status.PENDING]
         answered = _memory_candidates_fill(
             pending=pending,
             # A stored tool call is not offered again: its arguments were for its own state.
@@ -149,23 +153,21 @@ def generation_prepare(*, generation_id: int) -> list[int]:
             queue=queue,
             # An answer already among the candidates (one served to an application), or one
             # a reviewer sent back with "try again".
-            present={
-                text.strip()
-                for text in generation.candidates.filter(status=Candidate.Status.DONE).values_list(
-                    "text", flat=True
-                )
-            }
+            present={c.text.strip() for c in candidates if c.status == Candidate.Status.DONE}
             | earlier.sent_back,
         )
         candidate_ids = [c.pk for c in pending[answered:]]
-        priority = fair_priority(generation_id=generation_id, queue_id=queue.pk)
-        # One message for all of them: one worker thread calls the model N times at once.
-        transaction.on_commit(
-            lambda: tasks.candidates_generate.apply_async((candidate_ids,), priority=priority),
-            robust=True,
-        )
+        if candidate_ids and not inline:
+            priority = fair_priority(generation_id=generation_id, queue_id=queue.pk)
+            # One message for all of them: one worker thread calls the model N times at once.
+            transaction.on_commit(
+                lambda: tasks.candidates_generate.apply_async((candidate_ids,), priority=priority),
+                robust=True,
+            )
     if not candidate_ids:
         generation_finish_if_complete(generation_id=generation_id)
+    elif inline:
+        candidates_generate_or_fail(candidate_ids=candidate_ids)
     return candidate_ids
 
 
@@ -229,9 +231,26 @@ def candidates_generate(*, candidate_ids: list[int]) -> None:
         response_format=kind_of(queue).response_format(queue),
         options=generation.item.call_options,
     )
-    for index, outcome in llm.complete_n(call, len(claimed)):
-        _candidate_save(claimed[index], outcome, queue=queue)
+    for arrived in llm.complete_n(call, len(claimed)):
+        # Those that arrived together (one request answering all N) are saved in one commit.
+        with transaction.atomic():
+            for index, outcome in arrived:
+                _candidate_save(claimed[index], outcome, queue=queue)
     generation_finish_if_complete(generation_id=generation.pk)
+
+
+def candidates_generate_or_fail(*, candidate_ids: list[int]) -> None:
+    """`candidates_generate`, failing its candidates if it fails (a bug, not the model: model
+    errors are saved on the candidates), so that none is left running."""
+    try:
+        candidates_generate(candidate_ids=candidate_ids)
+    except Exception:
+        logger.exception("Generating candidates %s failed", candidate_ids)
+        for candidate_id in candidate_ids:
+            candidate_fail(
+                candidate_id=candidate_id,
+                message="Generation failed because of an internal error; it was logged.",
+            )
 
 
 def candidate_generate(*, candidate_id: int) -> None:
@@ -360,10 +379,15 @@ def generation_finish_if_complete(*, generation_id: int) -> None:
     Each caller has committed its own candidate first, so the last of them sees all settled;
     the conditional UPDATEs make a second flip harmless.
     """
-    candidates = Candidate.objects.filter(generation_id=generation_id)
-    if candidates.filter(status__in=[Candidate.Status.PENDING, Candidate.Status.RUNNING]).exists():
+    settled = Candidate.objects.filter(generation_id=generation_id).aggregate(
+        unsettled=Count(
+            "pk", filter=Q(status__in=[Candidate.Status.PENDING, Candidate.Status.RUNNING])
+        ),
+        done=Count("pk", filter=Q(status=Candidate.Status.DONE)),
+    )
+    if settled["unsettled"]:
         return
-    any_done = candidates.filter(status=Candidate.Status.DONE).exists()
+    any_done = settled["done"] > 0
     with transaction.atomic():
         flipped = Generation.objects.filter(
             pk=generation_id, status=Generation.Status.RUNNING

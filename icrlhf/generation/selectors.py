@@ -92,11 +92,20 @@ class SentBack:
     reward: float
 
 
-def answers_sent_back(*, item: Item, before: Generation) -> list[SentBack]:
+def rounds_sent_back(*, item: Item, before: Generation) -> list[Generation]:
+    """The item's rounds before `before` that a reviewer sent back with "try again"."""
+    return list(item.generations.filter(pk__lt=before.pk, try_again__isnull=False).order_by("pk"))
+
+
+def answers_sent_back(
+    *, item: Item, before: Generation, rounds: list[Generation] | None = None
+) -> list[SentBack]:
     """The answers of the item's rounds before `before` that a reviewer sent back with "try
-    again", oldest first: each answer once, where and with the reward of its latest round."""
+    again" (`rounds`, when the caller has read them), oldest first: each answer once, where
+    and with the reward of its latest round."""
     latest: dict[str, SentBack] = {}
-    rounds = item.generations.filter(pk__lt=before.pk, try_again__isnull=False).order_by("pk")
+    if rounds is None:
+        rounds = rounds_sent_back(item=item, before=before)
     for generation in rounds:
         given = (generation.try_again or {}).get("rewards", {})
         for candidate in generation.candidates.filter(status=Candidate.Status.DONE).order_by(
@@ -125,21 +134,21 @@ def attempts_earlier(*, item: Item, before: Generation, token_budget: int) -> At
     """The answers already rewarded when `before` is generated: those a reviewer sent back
     with "try again" (their ratings as rewards), and the answer the application was served
     and rewarded low (a low-reward capture, in this round) unless a reviewer rated it since."""
-    sent_back = answers_sent_back(item=item, before=before)
+    rounds = rounds_sent_back(item=item, before=before)
+    sent_back = answers_sent_back(item=item, before=before, rounds=rounds)
     rewarded = [(s.action, s.reward) for s in sent_back]
     said = []
-    for verdict in (
-        item.generations.filter(pk__lt=before.pk, try_again__isnull=False)
-        .order_by("pk")
-        .values_list("try_again", flat=True)
-    ):
+    for verdict in (generation.try_again for generation in rounds):
         reasons = ", ".join((verdict or {}).get("reasons", []))
         comment = str((verdict or {}).get("comment", "")).strip()
         said.append(" — ".join(part for part in (reasons, comment) if part))
+    # Only a captured gateway call's item has an answer it was served.
     served = (
         before.candidates.filter(served=True, reward__isnull=False)
         .values_list("text", "tool_calls", "reward")
         .first()
+        if item.source == Item.Source.GATEWAY
+        else None
     )
     if served is not None:
         text, tool_calls, reward = served

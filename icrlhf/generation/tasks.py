@@ -25,9 +25,15 @@ class PrepareTask(Task):  # type: ignore[misc]
             )
 
 
+# Set by a worker that consumes the LLM queue beside the memory queue (worker/app.py): its
+# prepare task then generates the candidates itself, instead of handing them over through the
+# broker to a thread of the same worker pool.
+fan_out_inline = False
+
+
 @shared_task(name="generation.prepare", base=PrepareTask)
 def generation_prepare(generation_id: int) -> None:
-    pipeline.generation_prepare(generation_id=generation_id)
+    pipeline.generation_prepare(generation_id=generation_id, inline=fan_out_inline)
 
 
 class CandidatesTask(Task):  # type: ignore[misc]

@@ -346,8 +346,12 @@ async def _structured_or_not[T](
         return await ask(None)
 
 
-def complete_n(call: Call, n: int) -> Iterator[tuple[int, Completion | LLMError]]:
-    """`n` answers to one call, yielded as (0…n-1, its completion or its error).
+Arrived = list[tuple[int, "Completion | LLMError"]]
+
+
+def complete_n(call: Call, n: int) -> Iterator[Arrived]:
+    """`n` answers to one call, yielded as they arrive: each time, those that arrived
+    together, as (0…n-1, its completion or its error).
 
     One request asks for all n (`n`): OpenAI, vLLM and llama.cpp's server process the prompt
     once and write the answers together, and the worker pays one call's CPU instead of n. A
@@ -356,7 +360,7 @@ def complete_n(call: Call, n: int) -> Iterator[tuple[int, Completion | LLMError]
     slots) is asked n times at once for this generation."""
     endpoint = (call.model, call.api_base)
     if n == 1 or endpoint in _answers_once:
-        yield from _complete_each(call, n)
+        yield from ([arrived] for arrived in _complete_each(call, n))
         return
     future = asyncio.run_coroutine_threadsafe(
         _structured_or_not(
@@ -376,22 +380,21 @@ def complete_n(call: Call, n: int) -> Iterator[tuple[int, Completion | LLMError]
     try:
         completions = future.result(timeout=settings.LLM_TIMEOUT_S + 30)
     except PermanentLLMError:
-        yield from _complete_each(call, n)
+        yield from ([arrived] for arrived in _complete_each(call, n))
         return
     except TransientLLMError as error:
-        for index in range(n):
-            yield index, error
+        yield [(index, error) for index in range(n)]
         return
     except TimeoutError:
         future.cancel()
-        for index in range(n):
-            yield index, TransientLLMError("The model did not answer in time", status=504)
+        late = TransientLLMError("The model did not answer in time", status=504)
+        yield [(index, late) for index in range(n)]
         return
-    yield from enumerate(completions[:n])
+    yield list(enumerate(completions[:n]))
     if len(completions) < n:
         _answers_once.add(endpoint)
         for index, outcome in _complete_each(call, n - len(completions)):
-            yield len(completions) + index, outcome
+            yield [(len(completions) + index, outcome)]
 
 
 def _complete_each(call: Call, count: int) -> Iterator[tuple[int, Completion | LLMError]]:

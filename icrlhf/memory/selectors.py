@@ -40,6 +40,8 @@ class Recall:
     # Up to `pool` active rejected examples at or above the minimum, nearest first: answers
     # reviewers turned down for similar requests, which the ranking counts as votes against.
     rejected: list[RetrievedExample] = field(default_factory=list)
+    # False when the queue held no preferred example, so nothing was searched.
+    stored: bool = True
 
 
 def examples_recall(
@@ -64,9 +66,11 @@ def examples_recall(
     minimum: the active examples that would have taken one of the k places without it.
     """
     minimum = queue.min_similarity
-    if (k <= 0 and pool <= 0) or not _preferred(queue).exists():
-        # Nothing to find: a new queue's requests are not embedded for nothing.
+    if k <= 0 and pool <= 0:
         return Recall(examples=[], neighbours=[], minimum=minimum)
+    if not _preferred(queue).exists():
+        # Nothing to find: a new queue's requests are not embedded for nothing.
+        return Recall(examples=[], neighbours=[], minimum=minimum, stored=False)
     collection = index.collection_of(queue.pk)
     vector = vector or embeddings.embed_text(query_text)
     pinned = [

@@ -307,6 +307,44 @@ def test_some_failures_still_leave_the_item_reviewable(
     assert Item.objects.get(pk=generation.item_id).status == Item.Status.READY
 
 
+def test_a_worker_on_both_queues_generates_the_candidates_in_its_prepare_task(
+    queue: Any,
+    user: Any,
+    vector_store: Path,
+    llm_answer: LLMAnswer,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    llm_answer("The card ships tomorrow.")
+    monkeypatch.setattr(tasks, "fan_out_inline", True)
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
+    generation = item.generations.get()
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert tasks.generation_prepare.apply(args=[generation.pk]).successful()
+    # No message for the candidates: they were generated here. The one left is the ranking.
+    assert [c.__qualname__ for c in callbacks] == [
+        "generation_finish_if_complete.<locals>.<lambda>"
+    ]
+    assert {c.text for c in generation.candidates.all()} == {"The card ships tomorrow."}
+    assert Item.objects.get(pk=item.pk).status == Item.Status.READY
+
+
+def test_candidates_generated_in_the_prepare_task_are_failed_if_it_fails(
+    queue: Any, user: Any, vector_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(**_: Any) -> None:
+        raise RuntimeError("bug in generation")
+
+    monkeypatch.setattr(pipeline, "candidates_generate", broken)
+    monkeypatch.setattr(tasks, "fan_out_inline", True)
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
+    generation = item.generations.get()
+    assert tasks.generation_prepare.apply(args=[generation.pk]).successful()
+    assert {c.status for c in generation.candidates.all()} == {Candidate.Status.FAILED}
+    assert all("internal error" in c.error for c in generation.candidates.all())
+    assert Item.objects.get(pk=item.pk).status == Item.Status.FAILED
+
+
 def test_a_generation_that_cannot_be_prepared_fails_its_item(
     generation: Generation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
