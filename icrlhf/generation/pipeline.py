@@ -238,6 +238,10 @@ def candidates_generate(*, candidate_ids: list[int]) -> None:
     )
 
 
+# What a candidate says when generating it failed on a bug (model errors are their own).
+INTERNAL_ERROR = "Generation failed because of an internal error; it was logged."
+
+
 def candidates_generate_or_fail(*, candidate_ids: list[int]) -> None:
     """`candidates_generate`, failing its candidates if it fails (a bug, not the model: model
     errors are saved on the candidates), so that none is left running."""
@@ -248,7 +252,7 @@ def candidates_generate_or_fail(*, candidate_ids: list[int]) -> None:
         for candidate_id in candidate_ids:
             candidate_fail(
                 candidate_id=candidate_id,
-                message="Generation failed because of an internal error; it was logged.",
+                message=INTERNAL_ERROR,
             )
 
 

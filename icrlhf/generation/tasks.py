@@ -47,10 +47,7 @@ class CandidatesTask(Task):  # type: ignore[misc]
         if isinstance(candidate_ids, int):  # generation.candidate_generate: one id
             candidate_ids = [candidate_ids]
         for candidate_id in candidate_ids:
-            pipeline.candidate_fail(
-                candidate_id=candidate_id,
-                message="Generation failed because of an internal error; it was logged.",
-            )
+            pipeline.candidate_fail(candidate_id=candidate_id, message=pipeline.INTERNAL_ERROR)
 
 
 @shared_task(name="generation.candidates_generate", base=CandidatesTask)
