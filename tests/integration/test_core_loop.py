@@ -76,6 +76,14 @@ def test_a_decision_is_retrieved_into_the_next_similar_generation(
     for candidate in rejected:
         assert candidate.text not in sent
     assert generation_b.messages[-1] == {"role": "user", "content": item_b.input_text}
+    # The worker ranks a ready item's candidates after it is ready: let it finish, or its
+    # writes meet the teardown's flush (a deadlock on PostgreSQL).
+    wait_for(
+        lambda: not Generation.objects.filter(
+            item__in=[item_a, item_b], ranked_at__isnull=True
+        ).exists(),
+        what="the rankings",
+    )
 
 
 def test_rejected_answers_are_never_retrieved_as_preferred(worker_process: WorkerProcess) -> None:

@@ -39,4 +39,5 @@ def test_the_gateway_benchmark_answers_every_call_and_reports_its_figures() -> N
     assert result["overhead_ratio_vs_litellm_32"] == pytest.approx(
         result["overhead_p95_ms_10k_32"] / result["litellm_overhead_p95_ms_32"]
     )
-    assert result["upstream_overhead_p95_ms_32"] >= 0
+    # The upstream alone adds little: what the gateway adds is its own.
+    assert 0 <= result["upstream_overhead_p95_ms_32"] < result["overhead_p95_ms_10k_32"]
