@@ -79,9 +79,11 @@ def test_a_decision_is_retrieved_into_the_next_similar_generation(
     # The worker ranks a ready item's candidates after it is ready: let it finish, or its
     # writes meet the teardown's flush (a deadlock on PostgreSQL).
     wait_for(
-        lambda: not Generation.objects.filter(
-            item__in=[item_a, item_b], ranked_at__isnull=True
-        ).exists(),
+        lambda: (
+            not Generation.objects.filter(
+                item__in=[item_a, item_b], ranked_at__isnull=True
+            ).exists()
+        ),
         what="the rankings",
     )
 
