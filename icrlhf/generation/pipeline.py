@@ -238,22 +238,24 @@ def candidates_generate(*, candidate_ids: list[int]) -> None:
     )
 
 
-# What a candidate says when generating it failed on a bug (model errors are their own).
-INTERNAL_ERROR = "Generation failed because of an internal error; it was logged."
-
-
 def candidates_generate_or_fail(*, candidate_ids: list[int]) -> None:
-    """`candidates_generate`, failing its candidates if it fails (a bug, not the model: model
-    errors are saved on the candidates), so that none is left running."""
+    """`candidates_generate`, failing its candidates if it fails, so that none is left
+    running."""
     try:
         candidates_generate(candidate_ids=candidate_ids)
     except Exception:
         logger.exception("Generating candidates %s failed", candidate_ids)
-        for candidate_id in candidate_ids:
-            candidate_fail(
-                candidate_id=candidate_id,
-                message=INTERNAL_ERROR,
-            )
+        candidates_fail_on_bug(candidate_ids=candidate_ids)
+
+
+def candidates_fail_on_bug(*, candidate_ids: list[int]) -> None:
+    """Fail the candidates still unsettled when generating them failed on a bug (a model's
+    errors are saved on the candidates themselves), so that none is left running."""
+    for candidate_id in candidate_ids:
+        candidate_fail(
+            candidate_id=candidate_id,
+            message="Generation failed because of an internal error; it was logged.",
+        )
 
 
 def candidate_generate(*, candidate_id: int) -> None:

@@ -46,8 +46,7 @@ class CandidatesTask(Task):  # type: ignore[misc]
         candidate_ids = kwargs.get("candidate_ids", args[0] if args else [])
         if isinstance(candidate_ids, int):  # generation.candidate_generate: one id
             candidate_ids = [candidate_ids]
-        for candidate_id in candidate_ids:
-            pipeline.candidate_fail(candidate_id=candidate_id, message=pipeline.INTERNAL_ERROR)
+        pipeline.candidates_fail_on_bug(candidate_ids=candidate_ids)
 
 
 @shared_task(name="generation.candidates_generate", base=CandidatesTask)
