@@ -208,6 +208,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
     }
+# PostgreSQL: the generation pipeline's commits do not wait for the disk (its steps are redone
+# when lost; icrlhf.integrations.database). People's work always commits synchronously.
+PIPELINE_ASYNCHRONOUS_COMMIT = env_bool("PIPELINE_ASYNCHRONOUS_COMMIT", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -167,6 +167,39 @@ def worker_process(
         worker.stop()
 
 
+@pytest.fixture(autouse=True)
+def _session_worker_settles(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that used the session's worker ends once the worker has done what the test
+    started (generations, their rankings, indexing): the test database is emptied next, and
+    on PostgreSQL that TRUNCATE deadlocks with a worker's open transaction. Best effort: work
+    the test left unfinishable on purpose (a stopped model) is not waited for past a bound.
+
+    pytest-django's database fixtures are set up before this one (a plugin's autouse
+    fixtures come first), so this teardown runs before theirs."""
+    yield
+    if "worker_process" not in request.fixturenames:
+        return
+    from django.db.models import Q
+
+    from icrlhf.generation.models import Generation
+    from icrlhf.memory.models import Example
+
+    unfinished = Generation.objects.filter(
+        Q(
+            status__in=[
+                Generation.Status.PENDING,
+                Generation.Status.PREPARING,
+                Generation.Status.RUNNING,
+            ]
+        )
+        | Q(status=Generation.Status.DONE, ranked_at__isnull=True)
+    )
+    unindexed = Example.objects.filter(index_state=Example.IndexState.PENDING)
+    deadline = time.monotonic() + 15
+    while (unfinished.exists() or unindexed.exists()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 class GatewayProcess:
     """The real gateway (uvicorn, ASGI) in its own process, on the tests' database. Its
     retrievals go through the session's worker, which owns the embedded store."""

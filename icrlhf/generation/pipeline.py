@@ -17,7 +17,7 @@ from django.utils import timezone
 from icrlhf.generation import ranking, selectors, signals, tasks
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.prompts import conversation_prompt, messages_build
-from icrlhf.integrations import llm
+from icrlhf.integrations import database, llm
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.kinds import kind_of
@@ -157,7 +157,10 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
             | earlier.sent_back,
         )
         candidate_ids = [c.pk for c in pending[answered:]]
-        if candidate_ids and not inline:
+        generating_here: list[Candidate] = []
+        if candidate_ids and inline:
+            generating_here = _candidates_claim_prepared(pending[answered:])
+        elif candidate_ids:
             priority = fair_priority(generation_id=generation_id, queue_id=queue.pk)
             # One message for all of them: one worker thread calls the model N times at once.
             transaction.on_commit(
@@ -166,9 +169,40 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
             )
     if not candidate_ids:
         generation_finish_if_complete(generation_id=generation_id)
-    elif inline:
-        candidates_generate_or_fail(candidate_ids=candidate_ids)
+    elif generating_here:
+        generation.messages = messages
+        candidates_generate_or_fail(candidate_ids=candidate_ids, claimed=generating_here)
     return candidate_ids
+
+
+def _candidates_claim_prepared(candidates: list[Candidate]) -> list[Candidate]:
+    """Claim the pending candidates of the generation being prepared, in its transaction
+    (what `_candidates_claim` does for a task, without reading them again). Returns them,
+    or none if some were taken or locked: those this claim did get are swept again when
+    their own lease runs out."""
+    now = timezone.now()
+    claim = {
+        "status": Candidate.Status.RUNNING,
+        "lease_expires_at": now + _candidate_lease(),
+        "started_at": now,
+        "retry_at": None,
+    }
+    # Rows another transaction holds are skipped, not waited for: waiting on a row while this
+    # transaction holds its siblings could deadlock with a statement that updates many.
+    claimable = Candidate.objects.filter(
+        pk__in=[c.pk for c in candidates], status=Candidate.Status.PENDING
+    ).select_for_update(skip_locked=True)
+    claimed = Candidate.objects.filter(pk__in=claimable.values("pk")).update(
+        attempts=F("attempts") + 1, **claim
+    )
+    if claimed != len(candidates):
+        logger.warning("Candidates of a generation being prepared were taken: left to the sweep")
+        return []
+    for candidate in candidates:
+        candidate.attempts += 1
+        for name, value in claim.items():
+            setattr(candidate, name, value)
+    return candidates
 
 
 def _memory_candidates_fill(
@@ -219,8 +253,13 @@ def candidates_generate(*, candidate_ids: list[int]) -> None:
     the sweeper, by a redelivery) never calls the model more than LLM_MAX_RETRIES + 1 times.
     """
     claimed = _candidates_claim(candidate_ids)
-    if not claimed:
-        return
+    if claimed:
+        _candidates_run(claimed)
+
+
+def _candidates_run(claimed: list[Candidate]) -> None:
+    """Generate candidates of one generation, claimed (each with its generation, item and
+    queue)."""
     generation = claimed[0].generation
     queue = generation.item.queue
     call = llm.Call(
@@ -238,11 +277,16 @@ def candidates_generate(*, candidate_ids: list[int]) -> None:
     )
 
 
-def candidates_generate_or_fail(*, candidate_ids: list[int]) -> None:
-    """`candidates_generate`, failing its candidates if it fails, so that none is left
-    running."""
+def candidates_generate_or_fail(
+    *, candidate_ids: list[int], claimed: list[Candidate] | None = None
+) -> None:
+    """`candidates_generate` (or, for candidates already `claimed`, their run), failing its
+    candidates if it fails, so that none is left running."""
     try:
-        candidates_generate(candidate_ids=candidate_ids)
+        if claimed is None:
+            candidates_generate(candidate_ids=candidate_ids)
+        else:
+            _candidates_run(claimed)
     except Exception:
         logger.exception("Generating candidates %s failed", candidate_ids)
         candidates_fail_on_bug(candidate_ids=candidate_ids)
@@ -298,32 +342,33 @@ def _candidates_claim(candidate_ids: list[int]) -> list[Candidate]:
 def _candidates_save(
     arrived: list[tuple[Candidate, llm.Completion | llm.LLMError]], *, queue: Queue
 ) -> None:
-    """Save the outcomes that arrived together (one request answering all N) in one commit.
-    Row by row: Django's bulk_update builds a CASE per field and row, which measured slower
-    than the round trips it saves."""
+    """Save the outcomes that arrived together (one request answering all N) in one commit,
+    the answers in one statement."""
     now = timezone.now()
+    answers: dict[int, dict[str, Any]] = {}
     with transaction.atomic():
         for candidate, outcome in arrived:
             if isinstance(outcome, llm.LLMError):
                 _candidate_error_save(candidate, outcome)
                 continue
             parsed = kind_of(queue).parse(outcome.text, queue)
-            # Only while running: one failed or taken back meanwhile keeps its state.
-            Candidate.objects.filter(pk=candidate.pk, status=Candidate.Status.RUNNING).update(
-                status=Candidate.Status.DONE,
-                fields=parsed.fields,
-                parse_error=parsed.error,
-                text=outcome.text,
-                tool_calls=list(outcome.tool_calls),
-                error="",
-                model=outcome.model,
-                latency_ms=outcome.latency_ms,
-                prompt_tokens=outcome.prompt_tokens,
-                completion_tokens=outcome.completion_tokens,
-                cost_usd=outcome.cost_usd,
-                finished_at=now,
-                lease_expires_at=None,
-            )
+            answers[candidate.pk] = {
+                "status": Candidate.Status.DONE,
+                "fields": parsed.fields,
+                "parse_error": parsed.error,
+                "text": outcome.text,
+                "tool_calls": list(outcome.tool_calls),
+                "error": "",
+                "model": outcome.model,
+                "latency_ms": outcome.latency_ms,
+                "prompt_tokens": outcome.prompt_tokens,
+                "completion_tokens": outcome.completion_tokens,
+                "cost_usd": outcome.cost_usd,
+                "finished_at": now,
+                "lease_expires_at": None,
+            }
+        # Only while running: one failed or taken back meanwhile keeps its state.
+        database.rows_update(Candidate, answers, where={"status": Candidate.Status.RUNNING})
 
 
 def _candidate_error_save(candidate: Candidate, error: llm.LLMError) -> None:

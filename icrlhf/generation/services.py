@@ -88,7 +88,8 @@ def item_create_once(*, queue: Queue, external_id: str, **fields: Any) -> tuple[
         return existing, False
 
 
-@transaction.atomic
+# No savepoint of its own: its callers' transactions fail whole when it fails.
+@transaction.atomic(savepoint=False)
 def generation_start(*, item: Item, n_candidates: int, served: Served | None = None) -> Generation:
     """Create a generation and its N pending candidates, one of them the answer already
     `served` if there is one; prepare it once this commits."""

@@ -6,6 +6,7 @@ from django.conf import settings
 from kombu.exceptions import ChannelError
 
 from icrlhf.generation import pipeline, recovery
+from icrlhf.integrations.database import asynchronous_commits
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,8 @@ fan_out_inline = False
 
 @shared_task(name="generation.prepare", base=PrepareTask)
 def generation_prepare(generation_id: int) -> None:
-    pipeline.generation_prepare(generation_id=generation_id, inline=fan_out_inline)
+    with asynchronous_commits():
+        pipeline.generation_prepare(generation_id=generation_id, inline=fan_out_inline)
 
 
 class CandidatesTask(Task):  # type: ignore[misc]
@@ -51,13 +53,15 @@ class CandidatesTask(Task):  # type: ignore[misc]
 
 @shared_task(name="generation.candidates_generate", base=CandidatesTask)
 def candidates_generate(candidate_ids: list[int]) -> None:
-    pipeline.candidates_generate(candidate_ids=candidate_ids)
+    with asynchronous_commits():
+        pipeline.candidates_generate(candidate_ids=candidate_ids)
 
 
 @shared_task(name="generation.candidate_generate", base=CandidatesTask)
 def candidate_generate(candidate_id: int) -> None:
     """One candidate: a transient failure's retry, a sweep, a reviewer's "try again"."""
-    pipeline.candidate_generate(candidate_id=candidate_id)
+    with asynchronous_commits():
+        pipeline.candidate_generate(candidate_id=candidate_id)
 
 
 @shared_task(name="generation.rank")

@@ -326,16 +326,30 @@ def test_a_worker_on_both_queues_generates_the_candidates_in_its_prepare_task(
         "generation_finish_if_complete.<locals>.<lambda>"
     ]
     assert {c.text for c in generation.candidates.all()} == {"The card ships tomorrow."}
+    assert {(c.status, c.attempts) for c in generation.candidates.all()} == {
+        (Candidate.Status.DONE, 1)
+    }
     assert Item.objects.get(pk=item.pk).status == Item.Status.READY
+
+
+def test_a_prepare_whose_candidates_were_taken_leaves_them_to_the_sweep(
+    queue: Any, user: Any
+) -> None:
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
+    candidates = list(item.generations.get().candidates.order_by("pk"))
+    # Another prepare, after this one's lease ran out, claimed one of them.
+    Candidate.objects.filter(pk=candidates[0].pk).update(status=Candidate.Status.RUNNING)
+    assert pipeline._candidates_claim_prepared(candidates) == []
+    assert all(c.status == Candidate.Status.PENDING for c in candidates)  # not run here
 
 
 def test_candidates_generated_in_the_prepare_task_are_failed_if_it_fails(
     queue: Any, user: Any, vector_store: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(**_: Any) -> None:
+    def broken(*_: Any, **__: Any) -> None:
         raise RuntimeError("bug in generation")
 
-    monkeypatch.setattr(pipeline, "candidates_generate", broken)
+    monkeypatch.setattr(pipeline, "_candidates_run", broken)
     monkeypatch.setattr(tasks, "fan_out_inline", True)
     item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
     generation = item.generations.get()
