@@ -208,20 +208,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
     }
-DATABASE_POOL = env_bool("DATABASE_POOL", True)
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL:
-    # Django's pool (psycopg_pool): a process's threads share warm connections, returned after
-    # each request or task, instead of each thread holding its own. A thread's first query on
-    # a new connection (a new server process, its caches cold) cost 7–9 ms more here.
-    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them; Django requires 0
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": 2,
-        # A connection is held for a whole task or gateway call (a model's answer included):
-        # as many as a process has threads that use the database.
-        "max_size": env_int("DATABASE_POOL_MAX_SIZE", 64),
-        "max_idle": 600,
-        "timeout": 30,
-    }
 # PostgreSQL: the generation pipeline's commits do not wait for the disk (its steps are redone
 # when lost; icrlhf.integrations.database). People's work always commits synchronously.
 PIPELINE_ASYNCHRONOUS_COMMIT = env_bool("PIPELINE_ASYNCHRONOUS_COMMIT", True)
@@ -297,9 +283,7 @@ CACHES = {
 # Celery closes a worker thread's database connection before and after every task, so each
 # task opened a new one (on PostgreSQL ~10 ms, three per generation); kept instead, closed
 # every 1000 tasks, and checked before each task (worker/app.py).
-# Celery's Django fix-up closes a task's connections after it (into the pool, when pooled), or
-# every 1000 tasks (kept connections, SQLite).
-CELERY_DB_REUSE_MAX = None if "pool" in DATABASES["default"].get("OPTIONS", {}) else 1000
+CELERY_DB_REUSE_MAX = 1000
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -41,10 +41,7 @@ _capture_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gateway
 async def _blocking[T](work: Callable[[], T]) -> T:
     def run() -> T:
         close_old_connections()  # a pool thread keeps its connection: drop it if it went bad
-        try:
-            return work()
-        finally:
-            close_old_connections()  # pooled (PostgreSQL): back to the pool for other threads
+        return work()
 
     return await asyncio.get_running_loop().run_in_executor(_threads, run)
 
@@ -58,8 +55,6 @@ def _logged(work: Callable[[], Any]) -> Callable[[], None]:
             work()
         except Exception:
             logger.exception("A gateway call could not be logged or captured")
-        finally:
-            close_old_connections()
 
     return run
 
