@@ -194,7 +194,10 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'db.sqlite3'}"),
-        conn_max_age=60,
+        # Kept for the life of its thread: a new one costs 7–9 ms on PostgreSQL (a server
+        # process to start, its caches cold), which a limited age made some requests and
+        # tasks pay each time it ran out.
+        conn_max_age=None,
         # A kept connection is checked before its first use in a request or a task, so one
         # that died (a database restart) is replaced instead of failing the work.
         conn_health_checks=True,

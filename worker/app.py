@@ -100,9 +100,9 @@ def recall_server_stopped(**_: object) -> None:
 
 @task_prerun.connect
 def connections_checked(task: Task, **_: object) -> None:
-    """A connection kept from an earlier task (CELERY_DB_REUSE_MAX) is dropped if it went
-    bad or outlived CONN_MAX_AGE, and health-checked before its first query. Not for a task
-    run inline (eager): it runs inside its caller's transaction."""
+    """A connection kept from an earlier task (CELERY_DB_REUSE_MAX) is health-checked before
+    its first query, and replaced if it went bad. Not for a task run inline (eager): it runs
+    inside its caller's transaction."""
     from django.db import close_old_connections
 
     if not task.request.is_eager:

@@ -175,8 +175,8 @@ def _answer_forever(asked: "queue.Queue[Asked]") -> None:
                 round_.append(asked.get_nowait())
             except queue.Empty:
                 break
-        # This thread lives as long as the worker: a connection that went bad or outlived
-        # CONN_MAX_AGE is dropped before the round, as before each task (worker/app.py).
+        # This thread lives as long as the worker: its connection is health-checked before
+        # the round, and replaced if it went bad, as before each task (worker/app.py).
         close_old_connections()
         try:
             answer_round(round_)
