@@ -5,7 +5,6 @@ Qdrant local store, owned by this test process as the memory worker owns it."""
 
 import socket
 import stat
-import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +18,7 @@ from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.memory import index, recall_socket
 from icrlhf.memory.recall_socket import RecallServer
 from icrlhf.memory.selectors import examples_recall, examples_recall_anywhere
+from tests.conftest import wait_for
 from tests.factories import QueueFactory, stored_example
 
 # The answering thread reads the rows with its own connection: they must be committed.
@@ -68,8 +68,9 @@ def ids_and_scores(found: Sequence[Any]) -> list[tuple[uuid.UUID, float]]:
 
 
 def test_concurrent_asks_get_the_answers_of_retrieval_in_place_embedded_as_one_batch(
-    owner: RecallServer, remembering: Any, monkeypatch: pytest.MonkeyPatch
+    owner: RecallServer, remembering: Any, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
+    settings.GATEWAY_RECALL_TIMEOUT_S = 10  # the asks wait while the store is held below
     batches: list[int] = []
     embed_texts = embeddings.embed_texts
 
@@ -84,13 +85,22 @@ def test_concurrent_asks_get_the_answers_of_retrieval_in_place_embedded_as_one_b
             queue=remembering, query_text=text, k=2, token_budget=10_000, pool=3
         )
 
-    # The store is busy (held here) while all eight ask: the first round waits on it and
-    # the others queue up behind it, to be answered together.
+    received: list[recall_socket.Asked] = []
+
+    class Counted(recall_socket.Asked):
+        def __init__(self, **fields: Any) -> None:
+            super().__init__(**fields)
+            received.append(self)
+
+    monkeypatch.setattr(recall_socket, "Asked", Counted)
+
+    # The store is busy (held here) until the owner has received all eight: the first round
+    # (one ask, or the few that arrived together) waits on it, and the others queue up
+    # behind it, to be answered together.
     with ThreadPoolExecutor(len(ASKED)) as pool:
         with vectors._local_lock:
             futures = [pool.submit(ask, text) for text in ASKED]
-            while owner_waiting(owner) < len(ASKED) - 1:
-                threading.Event().wait(0.01)
+            wait_for(lambda: len(received) == len(ASKED), timeout_s=8, what="all eight asks")
         answers = [future.result(timeout=30) for future in futures]
 
     assert sum(batches) == len(ASKED) and max(batches) > 1, batches
@@ -100,11 +110,6 @@ def test_concurrent_asks_get_the_answers_of_retrieval_in_place_embedded_as_one_b
         assert ids_and_scores(answer.neighbours) == ids_and_scores(here.neighbours)
         assert answer.minimum == here.minimum
     assert answers[0].examples[0].example.input_text == "My card has not arrived yet."
-
-
-def owner_waiting(server: RecallServer) -> int:
-    assert server._server is not None
-    return server._server.asked.qsize()
 
 
 def test_without_an_owner_the_ask_fails_at_once_with_what_to_check(settings: Any) -> None:
