@@ -171,7 +171,7 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
         generation_finish_if_complete(generation_id=generation_id)
     elif generating_here:
         generation.messages = messages
-        candidates_generate_or_fail(candidate_ids=candidate_ids, claimed=generating_here)
+        _candidates_run_or_fail(generating_here)
     return candidate_ids
 
 
@@ -180,13 +180,7 @@ def _candidates_claim_prepared(candidates: list[Candidate]) -> list[Candidate]:
     (what `_candidates_claim` does for a task, without reading them again). Returns them,
     or none if some were taken or locked: those this claim did get are swept again when
     their own lease runs out."""
-    now = timezone.now()
-    claim = {
-        "status": Candidate.Status.RUNNING,
-        "lease_expires_at": now + _candidate_lease(),
-        "started_at": now,
-        "retry_at": None,
-    }
+    claim = _claim_fields()
     # Rows another transaction holds are skipped, not waited for: waiting on a row while this
     # transaction holds its siblings could deadlock with a statement that updates many.
     claimable = Candidate.objects.filter(
@@ -277,16 +271,11 @@ def _candidates_run(claimed: list[Candidate]) -> None:
     )
 
 
-def candidates_generate_or_fail(
-    *, candidate_ids: list[int], claimed: list[Candidate] | None = None
-) -> None:
-    """`candidates_generate` (or, for candidates already `claimed`, their run), failing its
-    candidates if it fails, so that none is left running."""
+def _candidates_run_or_fail(claimed: list[Candidate]) -> None:
+    """`_candidates_run`, failing its candidates if it fails, so that none is left running."""
+    candidate_ids = [c.pk for c in claimed]
     try:
-        if claimed is None:
-            candidates_generate(candidate_ids=candidate_ids)
-        else:
-            _candidates_run(claimed)
+        _candidates_run(claimed)
     except Exception:
         logger.exception("Generating candidates %s failed", candidate_ids)
         candidates_fail_on_bug(candidate_ids=candidate_ids)
@@ -307,6 +296,17 @@ def candidate_generate(*, candidate_id: int) -> None:
     candidates_generate(candidate_ids=[candidate_id])
 
 
+def _claim_fields() -> dict[str, Any]:
+    """What claiming a candidate sets, besides counting the attempt."""
+    now = timezone.now()
+    return {
+        "status": Candidate.Status.RUNNING,
+        "lease_expires_at": now + _candidate_lease(),
+        "started_at": now,
+        "retry_at": None,
+    }
+
+
 def _candidates_claim(candidate_ids: list[int]) -> list[Candidate]:
     """The candidates this call may generate: pending, or running with an expired lease (its
     worker died), and not out of attempts; those out of attempts are failed here."""
@@ -320,13 +320,7 @@ def _candidates_claim(candidate_ids: list[int]) -> list[Candidate]:
         # Locked rows are being claimed by another task, which will have them.
         rows = list(claimable.select_for_update(skip_locked=True).values_list("pk", "attempts"))
         ids = [pk for pk, attempts in rows if attempts < max_attempts]
-        Candidate.objects.filter(pk__in=ids).update(
-            status=Candidate.Status.RUNNING,
-            lease_expires_at=now + _candidate_lease(),
-            attempts=F("attempts") + 1,
-            started_at=now,
-            retry_at=None,
-        )
+        Candidate.objects.filter(pk__in=ids).update(attempts=F("attempts") + 1, **_claim_fields())
         exhausted = [pk for pk, attempts in rows if attempts >= max_attempts]
     for pk in exhausted:
         last_error = Candidate.objects.values_list("error", flat=True).get(pk=pk)

@@ -134,6 +134,16 @@ def _finished(item: Any, timeout_s: float = 120) -> Any:
     return Generation.objects.get(item=item)
 
 
+def _ranked(generation: Any) -> Any:
+    """The generation, once its ranking is done."""
+    from icrlhf.generation.models import Generation
+
+    ranked = Generation.objects.filter(pk=generation.pk, ranked_at__isnull=False)
+    wait_until(ranked.exists, timeout_s=60, what=f"ranking of generation {generation.pk}")
+    generation.refresh_from_db()
+    return generation
+
+
 WARM_UP_GENERATIONS = 5
 
 
@@ -161,20 +171,17 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
     # generation's).
     wide = Queue.objects.create(slug="bench-fan-out", name="Fan-out", n_candidates=8)
     for number in range(WARM_UP_GENERATIONS):
-        warm_up = item_create(queue=wide, input_text=f"Warm-up {number}", created_by=reviewer)
-        ranked = Generation.objects.filter(item=_finished(warm_up).item, ranked_at__isnull=False)
-        wait_until(ranked.exists, timeout_s=60, what="a warm-up generation's ranking")
+        _ranked(
+            _finished(item_create(queue=wide, input_text=f"Warm-up {number}", created_by=reviewer))
+        )
     walls, overheads, prepares, dispatches, rankings = [], [], [], [], []
     for number in range(options["generations"]):
         item = item_create(
             queue=wide, input_text=f"Question {number}: where is my card?", created_by=reviewer
         )
-        generation = _finished(item)
         # Ranking follows (it embeds the answers): the next generation starts once it is
         # done, so that each one is timed on an idle worker; the ranking is timed apart.
-        ranked = Generation.objects.filter(pk=generation.pk, ranked_at__isnull=False)
-        wait_until(ranked.exists, timeout_s=60, what=f"ranking of generation {generation.pk}")
-        generation.refresh_from_db()
+        generation = _ranked(_finished(item))
         assert generation.ranked_at is not None and generation.finished_at is not None
         rankings.append(seconds_between(generation.ranked_at, generation.finished_at) * 1000)
         wall = seconds_between(generation.finished_at, item.created_at)
