@@ -351,7 +351,11 @@ EMBEDDING_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 EMBEDDING_MODEL_DIR = Path(
     env_str("EMBEDDING_MODEL_DIR", str(VAR_DIR / "models" / "all-MiniLM-L6-v2"))
 )
-EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 2)
+# One: with more, ONNX Runtime's extra threads spin while they wait for work, and on cores
+# shared with the gateway and the web that took a core from them (measured: the store's
+# owner used 1.3 cores at 32 gateway clients with two threads, 0.5 with one, and answered
+# retrievals faster). Raise it on a machine where the embedder has cores to itself.
+EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1)
 QDRANT_URL = env_str("QDRANT_URL", "")
 QDRANT_API_KEY = env_str("QDRANT_API_KEY", "")
 QDRANT_PATH = Path(env_str("QDRANT_PATH", str(VAR_DIR / "qdrant")))
@@ -394,6 +398,11 @@ CAPTURE_DEDUPE_WINDOW_S = env_int("CAPTURE_DEDUPE_WINDOW_S", 3600)
 # Threads per gateway process for its blocking work (database, retrieval): one per call in
 # flight, up to this many.
 GATEWAY_THREADS = env_int("GATEWAY_THREADS", 48)
+# Gateway processes `make run` starts (docker-compose reads the same variable): one process's
+# Python runs on one core at a time, and the gateway's own work per call (the HTTP layers,
+# the plan, the call's log row, litellm's client) filled one at 32 clients. With the embedded
+# store every process asks the one owner, so several need no Qdrant server.
+GATEWAY_PROCESSES = env_int("GATEWAY_PROCESSES", 2)
 
 # --- Input limits ----------------------------------------------------------------------------
 ITEM_INPUT_MAX_CHARS = env_int("ITEM_INPUT_MAX_CHARS", 20_000)

@@ -9,6 +9,10 @@ from celery import Celery, Task
 from celery.signals import task_prerun, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "icrlhf.settings")
+# numpy's OpenBLAS starts a thread per core for a large enough product (the embedded store's
+# search at 10k points is one) and its threads spin between calls: in processes that already
+# run a thread per request, that took cores from the rest. Read once, when numpy loads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # The worker's threads mostly wait on the LLM; a shorter GIL switch interval lets a thread
 # whose answer arrived run sooner instead of waiting out another thread's 5 ms slice.

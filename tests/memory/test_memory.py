@@ -226,3 +226,16 @@ def test_rejected_answers_of_similar_requests_are_recalled_as_votes_against(
         queue=queue, query_text="I still haven't received my card", k=2, token_budget=10_000
     )
     assert without_pool.rejected == []
+
+
+def test_a_point_whose_row_belongs_to_another_queue_is_never_retrieved(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    """The database is the source of truth: a point left in this queue's collection (a store
+    shared wrongly, a row moved) is not this queue's example when its row says otherwise."""
+    remember(queue, user, CARD, "It ships in 3 days.", "Buy a new one.")
+    remember(queue, user, PIN, "Use the app's security tab.", "Call us.")
+    assert retrieve(queue, CARD_AGAIN, k=1) == ["It ships in 3 days."]
+    Example.objects.filter(output_text="It ships in 3 days.").update(queue=QueueFactory())
+    assert "It ships in 3 days." not in retrieve(queue, CARD_AGAIN)
+    assert retrieve(queue, PIN, k=1) == ["Use the app's security tab."]
