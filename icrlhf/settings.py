@@ -352,9 +352,10 @@ EMBEDDING_MODEL_DIR = Path(
     env_str("EMBEDDING_MODEL_DIR", str(VAR_DIR / "models" / "all-MiniLM-L6-v2"))
 )
 # One: with more, ONNX Runtime's extra threads spin while they wait for work, and on cores
-# shared with the gateway and the web that took a core from them (measured: the store's
-# owner used 1.3 cores at 32 gateway clients with two threads, 0.5 with one, and answered
-# retrievals faster). Raise it on a machine where the embedder has cores to itself.
+# shared with the gateway and the web that took a core from them (measured at 32 gateway
+# clients, with numpy's BLAS threads likewise: the store's owner used 1.2-1.3 cores with two
+# threads each, 0.5-0.8 with one, and answered more retrievals a second). Raise it on a
+# machine where the embedder has cores to itself.
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1)
 QDRANT_URL = env_str("QDRANT_URL", "")
 QDRANT_API_KEY = env_str("QDRANT_API_KEY", "")
