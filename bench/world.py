@@ -145,7 +145,7 @@ class World:
         """The OpenAI-compatible gateway (uvicorn, as `make run` starts it) once it answers;
         returns it and its API base URL."""
         port = port or free_port()
-        child = self.spawn("gateway", gateway_command(port, workers=settings.GATEWAY_PROCESSES))
+        child = self.spawn("gateway", gateway_command(port))
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: http_ok(f"{base}/healthz"), timeout_s=60, what="the gateway")
         return child, f"{base}/v1"

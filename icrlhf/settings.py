@@ -399,11 +399,6 @@ CAPTURE_DEDUPE_WINDOW_S = env_int("CAPTURE_DEDUPE_WINDOW_S", 3600)
 # Threads per gateway process for its blocking work (database, retrieval): one per call in
 # flight, up to this many.
 GATEWAY_THREADS = env_int("GATEWAY_THREADS", 48)
-# Gateway processes `make run` starts (docker-compose reads the same variable): one process's
-# Python runs on one core at a time, and the gateway's own work per call (the HTTP layers,
-# the plan, the call's log row, litellm's client) filled one at 32 clients. With the embedded
-# store every process asks the one owner, so several need no Qdrant server.
-GATEWAY_PROCESSES = env_int("GATEWAY_PROCESSES", 2)
 
 # --- Input limits ----------------------------------------------------------------------------
 ITEM_INPUT_MAX_CHARS = env_int("ITEM_INPUT_MAX_CHARS", 20_000)

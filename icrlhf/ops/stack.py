@@ -173,8 +173,8 @@ def web_command(port: int, *, workers: int = 2) -> list[str]:
 
 
 def gateway_command(port: int, *, host: str = "127.0.0.1", workers: int = 1) -> list[str]:
-    """The OpenAI-compatible gateway (ASGI), in `workers` processes: each retrieves from a
-    Qdrant server (QDRANT_URL) or asks the embedded store's one owner."""
+    """The OpenAI-compatible gateway (ASGI). Several workers need a Qdrant server
+    (QDRANT_URL): with the embedded store, retrieval goes through the worker either way."""
     return [
         sys.executable,
         "-m",

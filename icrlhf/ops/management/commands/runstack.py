@@ -95,13 +95,7 @@ class Command(BaseCommand):
         readiness.append(("web", lambda: http_ok(f"{url}accounts/login/"), 60))
         gateway_port = options["gateway_port"] or options["port"] + 1
         gateway = f"http://127.0.0.1:{gateway_port}"
-        supervisor.add(
-            Part(
-                "gateway",
-                gateway_command(gateway_port, workers=settings.GATEWAY_PROCESSES),
-                priority=40,
-            )
-        )
+        supervisor.add(Part("gateway", gateway_command(gateway_port), priority=40))
         readiness.append(("gateway", lambda: http_ok(f"{gateway}/healthz"), 60))
         try:
             supervisor.start()
