@@ -6,6 +6,7 @@ re-swept task never does the work twice."""
 import logging
 import random
 import time
+from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
 
@@ -340,27 +341,32 @@ def _candidates_save(
     the answers in one statement."""
     now = timezone.now()
     answers: dict[int, dict[str, Any]] = {}
-    with transaction.atomic():
-        for candidate, outcome in arrived:
-            if isinstance(outcome, llm.LLMError):
-                _candidate_error_save(candidate, outcome)
-                continue
-            parsed = kind_of(queue).parse(outcome.text, queue)
-            answers[candidate.pk] = {
-                "status": Candidate.Status.DONE,
-                "fields": parsed.fields,
-                "parse_error": parsed.error,
-                "text": outcome.text,
-                "tool_calls": list(outcome.tool_calls),
-                "error": "",
-                "model": outcome.model,
-                "latency_ms": outcome.latency_ms,
-                "prompt_tokens": outcome.prompt_tokens,
-                "completion_tokens": outcome.completion_tokens,
-                "cost_usd": outcome.cost_usd,
-                "finished_at": now,
-                "lease_expires_at": None,
-            }
+    errors: list[tuple[Candidate, llm.LLMError]] = []
+    for candidate, outcome in arrived:
+        if isinstance(outcome, llm.LLMError):
+            errors.append((candidate, outcome))
+            continue
+        parsed = kind_of(queue).parse(outcome.text, queue)
+        answers[candidate.pk] = {
+            "status": Candidate.Status.DONE,
+            "fields": parsed.fields,
+            "parse_error": parsed.error,
+            "text": outcome.text,
+            "tool_calls": list(outcome.tool_calls),
+            "error": "",
+            "model": outcome.model,
+            "latency_ms": outcome.latency_ms,
+            "prompt_tokens": outcome.prompt_tokens,
+            "completion_tokens": outcome.completion_tokens,
+            "cost_usd": outcome.cost_usd,
+            "finished_at": now,
+            "lease_expires_at": None,
+        }
+    # The answers alone are one statement, a transaction of its own: BEGIN and COMMIT around
+    # it would only add two round trips on PostgreSQL.
+    with transaction.atomic() if errors else nullcontext():
+        for candidate, error in errors:
+            _candidate_error_save(candidate, error)
         # Only while running: one failed or taken back meanwhile keeps its state.
         database.rows_update(Candidate, answers, where={"status": Candidate.Status.RUNNING})
 

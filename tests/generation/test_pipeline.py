@@ -73,6 +73,29 @@ def test_a_candidate_is_saved_with_its_answer_and_usage(
     assert Item.objects.get(pk=generation.item_id).status == Item.Status.READY
 
 
+def test_answers_that_arrive_together_are_saved_by_one_statement_and_errors_with_them(
+    generation: Generation, django_assert_num_queries: Any
+) -> None:
+    """One statement for the answers, no savepoint or transaction around it (on PostgreSQL
+    each would be a round trip); an error among them is saved in one transaction with them."""
+    candidates = pipeline._candidates_claim(
+        list(generation.candidates.values_list("pk", flat=True))
+    )
+    answer = llm.Completion(
+        text="Answer.", model="m", prompt_tokens=1, completion_tokens=1, cost_usd=0.0, latency_ms=5
+    )
+    queue = generation.item.queue
+    with django_assert_num_queries(1):
+        pipeline._candidates_save(
+            [(candidate, answer) for candidate in candidates[:-2]], queue=queue
+        )
+    error = llm.PermanentLLMError("The model rejected the request.")
+    with django_assert_num_queries(4):  # savepoint, the error, the answer, release
+        pipeline._candidates_save([(candidates[-2], answer), (candidates[-1], error)], queue=queue)
+    statuses = list(generation.candidates.order_by("pk").values_list("status", flat=True))
+    assert statuses == [Candidate.Status.DONE] * (len(candidates) - 1) + [Candidate.Status.FAILED]
+
+
 def test_a_claimed_candidate_is_not_generated_twice(
     llm_answer: LLMAnswer, generation: Generation
 ) -> None:
