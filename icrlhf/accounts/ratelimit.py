@@ -1,12 +1,13 @@
-"""Fixed-window attempt counters in Django's cache (Redis when CACHE_URL names it, so every
-web process shares them): against password guessing and token guessing."""
+"""Fixed-window attempt counters, shared by every web process (`counters`: Redis when CACHE_URL
+names it): against password guessing and token guessing."""
 
 import logging
 import time
 
 from django.conf import settings
-from django.core.cache import cache
 from django.http import HttpRequest
+
+from icrlhf.integrations import counters
 
 WINDOW_S = 60
 logger = logging.getLogger(__name__)
@@ -48,14 +49,9 @@ def attempt_allowed(
     no unlimited password guessing while Redis is away)."""
     key = f"ratelimit:{scope}:{ident}:{int(clock() // WINDOW_S)}"
     try:
-        cache.add(key, 0, timeout=WINDOW_S + 1)
-        try:
-            count = cache.incr(key, cost)
-        except ValueError:  # evicted between add and incr
-            cache.set(key, cost, timeout=WINDOW_S + 1)
-            count = cost
+        count = counters.add(key, cost, timeout_s=WINDOW_S + 1)
         if count > per_minute:
-            cache.decr(key, cost)
+            counters.subtract(key, cost)
     except Exception as error:  # the cache's server is down
         if fail_closed:
             raise LimiterUnavailable("The attempt counters are unavailable.") from error

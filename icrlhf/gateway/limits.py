@@ -1,5 +1,5 @@
-"""How much of the gateway one token may hold: calls in flight, counted in the cache that every
-gateway process shares.
+"""How much of the gateway one token may hold: calls in flight, counted where every gateway
+process shares them (`counters`).
 
 A call takes a slot when it starts and gives it back on every way out. A slot is counted in
 the time bucket it was taken in, and a bucket counts only while a call taken in it could still
@@ -13,7 +13,8 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.cache import cache
+
+from icrlhf.integrations import counters
 
 logger = logging.getLogger(__name__)
 
@@ -37,13 +38,13 @@ def in_flight_acquire(token_id: int) -> Slot | None:
     bucket = int(clock() // BUCKET_S)
     keys = [f"gateway-in-flight:{token_id}:{bucket - age}" for age in range(_buckets_alive())]
     try:
-        cache.add(keys[0], 0, timeout=(_buckets_alive() + 1) * BUCKET_S)
-        cache.incr(keys[0])
         # Counted first, then compared: two calls racing for the last slot may both be refused,
         # never both let in.
-        in_flight = sum(int(count) for count in cache.get_many(keys).values())
+        in_flight = counters.add(
+            keys[0], 1, timeout_s=(_buckets_alive() + 1) * BUCKET_S, plus=keys[1:]
+        )
         if in_flight > settings.GATEWAY_MAX_IN_FLIGHT_PER_TOKEN:
-            cache.decr(keys[0])
+            counters.subtract(keys[0], 1)
             return None
     except Exception:
         logger.warning("In-flight limit skipped: the cache is unavailable", exc_info=True)
@@ -55,8 +56,6 @@ def in_flight_release(slot: Slot) -> None:
     if not slot.key:
         return
     try:
-        cache.decr(slot.key)
-    except ValueError:  # the bucket has expired: the slot no longer counts anyway
-        pass
+        counters.subtract(slot.key, 1)  # unless its bucket expired: then it no longer counts
     except Exception:
         logger.warning("In-flight slot not released: the cache is unavailable", exc_info=True)
