@@ -14,11 +14,11 @@ that opens or closes its limit."""
 from collections.abc import Sequence
 from contextlib import suppress
 from functools import cache as memoized
-from typing import Any
 
 import redis
 from django.conf import settings
 from django.core.cache import cache
+from redis.commands.core import Script
 
 _REDIS_CACHE = "django.core.cache.backends.redis.RedisCache"
 
@@ -42,12 +42,12 @@ return false
 
 
 @memoized
-def _scripts(location: str) -> tuple[Any, Any]:
+def _scripts(location: str) -> tuple[Script, Script]:
     client = redis.Redis.from_url(location)
     return client.register_script(_ADD), client.register_script(_SUBTRACT)
 
 
-def _redis_scripts() -> tuple[Any, Any] | None:
+def _redis_scripts() -> tuple[Script, Script] | None:
     """The scripts on the cache's Redis, or None when the cache is not Redis. Read from the
     settings on every call: tests change them."""
     configured = settings.CACHES["default"]
@@ -60,9 +60,9 @@ def _redis_scripts() -> tuple[Any, Any] | None:
 def add(key: str, amount: int, *, timeout_s: int, plus: Sequence[str] = ()) -> int:
     """Adds `amount` to the count at `key` (created at 0, living `timeout_s`, if missing) and
     returns it, plus the counts at `plus` (counted as 0 where missing)."""
-    keys = [cache.make_and_validate_key(name) for name in (key, *plus)]
     scripts = _redis_scripts()
     if scripts is not None:
+        keys = [cache.make_and_validate_key(name) for name in (key, *plus)]
         return int(scripts[0](keys=keys, args=[amount, timeout_s]))
     cache.add(key, 0, timeout=timeout_s)
     try:
