@@ -66,9 +66,7 @@ def ask(query: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
             with connection.makefile("rb") as reply:
                 line = reply.readline(_MAX_LINE)
     except TimeoutError as error:
-        raise VectorStoreUnavailable(
-            f"The worker that owns the store did not answer in {timeout_s:g} s."
-        ) from error
+        raise VectorStoreUnavailable(_too_slow(timeout_s)) from error
     except OSError as error:  # no socket file, nobody listening, the owner died mid-answer
         raise VectorStoreUnavailable(
             f"No worker that owns the store answers at {path}: is the memory worker running? "
@@ -77,6 +75,10 @@ def ask(query: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
     if not line:
         raise VectorStoreUnavailable("The worker that owns the store closed without answering.")
     return answer_read(json.loads(line))
+
+
+def _too_slow(timeout_s: float) -> str:
+    return f"The worker that owns the store did not answer in {timeout_s:g} s."
 
 
 def answer_read(answer: dict[str, Any]) -> dict[str, Any]:
@@ -109,8 +111,9 @@ class _Handler(socketserver.StreamRequestHandler):
             return
         asked = Asked(query=query, deadline=time.monotonic() + timeout_s)
         self.server.asked.put(asked)
-        if asked.done.wait(timeout_s):
-            self._reply(asked.answer)
+        # Given up on, the asker is told so: both ends time out together, and a connection
+        # closed without a word could reach it before its own timeout does.
+        self._reply(asked.answer if asked.done.wait(timeout_s) else {"error": _too_slow(timeout_s)})
 
     def _reply(self, answer: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):  # the caller stopped waiting

@@ -3,6 +3,7 @@ retrieving in place, concurrent asks embedded as one batch, and a plain error (n
 when no owner listens or none answers in time. A real socket, the real embedder and a real
 Qdrant local store, owned by this test process as the memory worker owns it."""
 
+import json
 import socket
 import stat
 import uuid
@@ -127,6 +128,22 @@ def test_an_owner_too_slow_is_given_up_on_and_answers_the_next_ask(
         recall_socket.ask(query, timeout_s=0.3)
     answer = recall_socket.ask(query, timeout_s=10)
     assert len(answer["examples"]) == 1
+
+
+def test_an_owner_that_gives_up_says_so_rather_than_hanging_up(
+    owner: RecallServer, remembering: Any
+) -> None:
+    """The owner's wait and the asker's end together: whichever comes first, the asker learns
+    why (an asker still waiting when the owner gives up gets the error, not a closed line)."""
+    query = {"queue_id": remembering.pk, "query_text": "forgot my pin", "k": 1}
+    query |= {"token_budget": 10_000, "pool": 0, "signature": None, "timeout_s": 0.2}
+    with vectors._local_lock, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(10)  # longer than the owner waits
+        connection.connect(str(owner.path))
+        connection.sendall(json.dumps(query).encode() + b"\n")
+        with connection.makefile("rb") as reply:
+            line = reply.readline()
+    assert json.loads(line) == {"error": "The worker that owns the store did not answer in 0.2 s."}
 
 
 def test_an_unknown_queue_is_a_plain_error_and_the_owner_carries_on(
