@@ -276,11 +276,34 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="session", autouse=True)
 def _clean_test_files() -> Iterator[None]:
     yield
-    name = Path(settings.DATABASES["default"]["NAME"])
-    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    database = settings.DATABASES["default"]
+    name = Path(database["NAME"])
+    if database["ENGINE"].endswith("sqlite3"):
         for path in name.parent.glob(name.name + "*"):
             path.unlink(missing_ok=True)
+    else:
+        _test_database_drop(database)
     shutil.rmtree(settings.QDRANT_PATH, ignore_errors=True)
+
+
+def _test_database_drop(database: dict[str, Any]) -> None:
+    """pytest-django's own drop fails ("being accessed by other users") while threads of the
+    owner and gateway fixtures still hold connections, and warns only: each run would leave
+    its database on the server. Dropped here with FORCE, which ends those connections."""
+    import psycopg
+
+    with psycopg.connect(
+        dbname="postgres",
+        host=database["HOST"] or None,
+        port=database["PORT"] or None,
+        user=database["USER"] or None,
+        password=database["PASSWORD"] or None,
+        autocommit=True,
+    ) as connection:
+        test_name = psycopg.sql.Identifier(database["TEST"]["NAME"])
+        connection.execute(
+            psycopg.sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(test_name)
+        )
 
 
 @pytest.fixture
