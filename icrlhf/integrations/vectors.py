@@ -13,12 +13,17 @@ from typing import TYPE_CHECKING, Any, cast
 from django.conf import settings
 
 if TYPE_CHECKING:
+    import numpy
+    from numpy.typing import NDArray
     from qdrant_client import QdrantClient
 
 # Local mode allows one process per folder and is not thread-safe: every call takes this lock.
 # A server needs no lock, and any number of workers may connect to it.
 _local_lock = threading.RLock()
 _client_lock = threading.Lock()
+
+# A vector of length 1 (its dot product with another is their cosine).
+type UnitVector = NDArray[numpy.float64]
 
 
 class VectorStoreUnavailable(RuntimeError):
@@ -220,7 +225,10 @@ def vectors_of(*, collection: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, 
     with _store() as client:
         if not client.collection_exists(collection):
             return {}
-        points = client.retrieve(collection, ids=[str(i) for i in ids], with_vectors=True)
+        # Without payloads: local mode deep-copies every payload it returns.
+        points = client.retrieve(
+            collection, ids=[str(i) for i in ids], with_payload=False, with_vectors=True
+        )
     return {uuid.UUID(str(point.id)): cast(list[float], point.vector) for point in points}
 
 
@@ -238,6 +246,16 @@ def _unit(vector: Sequence[float]) -> list[float]:
 
     norm = float(numpy.linalg.norm(vector))
     return cast(list[float], (numpy.asarray(vector) / norm).tolist()) if norm else list(vector)
+
+
+def unit_array(vector: Sequence[float]) -> UnitVector:
+    """The vector scaled to length 1, as an array: the dot product of two is their cosine,
+    computed without converting lists again for every pair."""
+    import numpy
+
+    array = numpy.asarray(vector, dtype=numpy.float64)
+    norm = float(numpy.linalg.norm(array))
+    return array / norm if norm else array
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

@@ -97,23 +97,22 @@ def examples_recall(
 
     ranked: list[tuple[float, Example]] = [(pinned_scores.get(e.pk, 0.0), e) for e in pinned[:k]]
     below: list[tuple[float, Example]] = []
-    kept_vectors: list[list[float]] = []
-    below_vectors: list[list[float]] = []
+    kept_vectors: list[vectors.UnitVector] = []
+    below_vectors: list[vectors.UnitVector] = []
     for hit, example in live:
         if len(ranked) >= k:
             break
+        unit = vectors.unit_array(hit.vector)
         if hit.score < minimum:
             # Recorded only where it would have stood without the minimum: within the top k,
             # and not a near-duplicate of one already there.
-            if len(ranked) + len(below) < k and not _near_any(
-                hit.vector, kept_vectors + below_vectors
-            ):
-                below_vectors.append(hit.vector)
+            if len(ranked) + len(below) < k and not _near_any(unit, kept_vectors + below_vectors):
+                below_vectors.append(unit)
                 below.append((hit.score, example))
             continue
-        if _near_any(hit.vector, kept_vectors):
+        if _near_any(unit, kept_vectors):
             continue
-        kept_vectors.append(hit.vector)
+        kept_vectors.append(unit)
         ranked.append((hit.score, example))
 
     # A stored answer is never offered, nor served, for a request it is not similar enough
@@ -148,8 +147,8 @@ def examples_recall(
     )
 
 
-def _near_any(vector: list[float], others: list[list[float]]) -> bool:
-    return any(vectors.cosine(vector, other) > NEAR_DUPLICATE_COSINE for other in others)
+def _near_any(unit: vectors.UnitVector, others: list[vectors.UnitVector]) -> bool:
+    return any(float(unit @ other) > NEAR_DUPLICATE_COSINE for other in others)
 
 
 def _admitted(example: Example, signature: Signature) -> bool:
