@@ -73,16 +73,26 @@ def step_record(
     continuation = conversation_hash([*raw_messages, answer])
     with transaction.atomic():
         trajectory, seen = _trajectory_for(queue=queue, key=key, raw_messages=raw_messages)
+        # A new unnamed run is created with this step counted: no other call can reach it
+        # before the step is stored (it is found by the step's continuation). A named run's
+        # first call may have a twin that creates the row first: it is counted as the others.
+        counted = trajectory is None and not key
         if trajectory is None:
             trajectory = _trajectory_create(
-                queue=queue, key=key, messages=messages, tool_names=tool_names, at=created_at
+                queue=queue,
+                key=key,
+                messages=messages,
+                tool_names=tool_names,
+                at=created_at,
+                step_count=1 if counted else 0,
             )
+        if not counted:
+            Trajectory.objects.filter(pk=trajectory.pk).update(
+                step_count=F("step_count") + 1, last_step_at=created_at
+            )
+            trajectory.refresh_from_db(fields=["step_count", "last_step_at"])
         # The observation: what the agent saw since its previous step (all of it, first).
         observation = [m for m in messages[seen:] if m.get("role") not in ("system", "developer")]
-        Trajectory.objects.filter(pk=trajectory.pk).update(
-            step_count=F("step_count") + 1, last_step_at=created_at
-        )
-        trajectory.refresh_from_db(fields=["step_count", "last_step_at"])
         step = Step.objects.create(
             trajectory=trajectory,
             position=trajectory.step_count - 1,
@@ -142,6 +152,7 @@ def _trajectory_create(
     messages: list[dict[str, Any]],
     tool_names: list[str],
     at: datetime,
+    step_count: int,
 ) -> Trajectory:
     goal = next((str(m.get("content") or "") for m in messages if m.get("role") == "user"), "")
     fields = {
@@ -150,6 +161,7 @@ def _trajectory_create(
         "tool_names": tool_names,
         "created_at": at,
         "last_step_at": at,
+        "step_count": step_count,
     }
     if not key:
         return Trajectory.objects.create(queue=queue, **fields)

@@ -155,3 +155,19 @@ def test_the_call_logs_retention_blanks_what_runs_hold(settings: Any) -> None:
         [],
     )
     assert Feedback.objects.get().comment == "" and trajectory.step_count == 1
+
+
+def test_a_new_run_without_an_id_is_created_with_its_first_step_counted(
+    django_assert_num_queries: Any,
+) -> None:
+    queue = QueueFactory()
+    # Inside the test's transaction: a savepoint and its release, the run, the step. The
+    # count is not read back: nothing else can reach a run before its first step is stored.
+    with django_assert_num_queries(4):
+        first = _record(queue, [SYSTEM, GOAL], tool_calls=[LOOKUP])
+    assert (first.trajectory.step_count, first.step.position) == (1, 0)
+    echoed = {"role": "assistant", "tool_calls": [LOOKUP]}
+    second = _record(queue, [SYSTEM, GOAL, echoed, RESULT], text="Refunded.")
+    assert second.trajectory == first.trajectory
+    assert (second.trajectory.step_count, second.step.position) == (2, 1)
+    assert Trajectory.objects.get().step_count == 2
