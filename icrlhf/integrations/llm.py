@@ -646,8 +646,8 @@ def count_tokens(text: str) -> int:
 def warm_up() -> None:
     """Pay at start-up what the first real call would: litellm imports its provider code on
     its first call (~0.5 s), and the OpenAI client, which litellm calls OpenAI-compatible
-    servers with, imports its API's resources when first asked for one (~0.4 s: the gateway's
-    first call took that much longer than the next). A mocked answer makes no request, so
+    servers with, imports its API's resources when first asked for one (0.2–0.4 s, which the
+    gateway's first call paid on top of its upstream). A mocked answer makes no request, so
     the client's import is done here by name."""
     complete(
         messages=[{"role": "user", "content": "warm up"}],
