@@ -97,6 +97,9 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
     started = time.monotonic()
     recall = memory_selectors.Recall(examples=[], neighbours=[])
     retrieval_error = ""
+    # What memory held at preparation, recorded with the generation; retrieval skips an
+    # empty memory by it.
+    preferred = memory_selectors.preferred_count(queue=queue)
     try:
         recall = memory_selectors.examples_recall(
             queue=queue,
@@ -105,6 +108,7 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
             token_budget=queue.example_token_budget,
             pool=ranking.MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
             signature=signature,
+            preferred=preferred,
         )
     except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
         # Better an answer without memory than no answer: the reviewer sees why.
@@ -136,8 +140,7 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
             retrieval_error=retrieval_error,
             retrieval_ms=retrieval_ms,
             neighbours=[n.as_json() for n in ranking.neighbours_of(queue=queue, recall=recall)],
-            # Counted only when the store had something to search.
-            stored_examples=memory_selectors.preferred_count(queue=queue) if recall.stored else 0,
+            stored_examples=preferred,
             min_similarity=recall.minimum,
             below_minimum=[
                 {"example": str(hit.example.pk), "score": hit.score} for hit in recall.below_minimum

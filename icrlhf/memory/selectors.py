@@ -53,9 +53,11 @@ def examples_recall(
     pool: int = 0,
     signature: Signature = PLAIN,
     vector: list[float] | None = None,
+    preferred: int | None = None,
 ) -> Recall:
     """The queue's preferred examples for a query (`vector`: its embedding, when the caller
-    embedded it already, as one of a batch).
+    embedded it already, as one of a batch; `preferred`: how many the queue holds, when the
+    caller counted them, which saves asking whether it holds any).
 
     For the prompt: pinned examples always come first (a curator pinned them to be in every
     prompt); then the most similar active ones, ranked by similarity × weight, without
@@ -68,7 +70,7 @@ def examples_recall(
     minimum = queue.min_similarity
     if k <= 0 and pool <= 0:
         return Recall(examples=[], neighbours=[], minimum=minimum)
-    if not _preferred(queue).exists():
+    if not (_preferred(queue).exists() if preferred is None else preferred):
         # Nothing to find: a new queue's requests are not embedded for nothing.
         return Recall(examples=[], neighbours=[], minimum=minimum, stored=False)
     collection = index.collection_of(queue.pk)

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from django.conf import LazySettings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from icrlhf.generation import pipeline, tasks
 from icrlhf.generation.models import Candidate, Generation
@@ -50,6 +52,29 @@ def test_prepare_stores_the_exact_messages_and_fans_out(
     assert len(callbacks) == 1
     # A redelivered prepare task finds the generation taken and does nothing.
     assert pipeline.generation_prepare(generation_id=generation.pk) == []
+
+
+def test_prepare_asks_once_what_memory_holds_and_records_it(
+    queue: Any, user: Any, vector_store: Path
+) -> None:
+    stored_example(queue, input_text="Where is my parcel?", output_text="It ships tomorrow.")
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
+    with CaptureQueriesContext(connection) as prepared:
+        pipeline.generation_prepare(generation_id=item.generations.get().pk)
+    # Whether memory holds anything and how much: one count, not an EXISTS and then a count.
+    asked = [
+        query["sql"]
+        for query in prepared.captured_queries
+        if query["sql"].startswith(
+            (
+                'SELECT COUNT(*) AS "__count" FROM "memory_example"',
+                'SELECT 1 AS "a" FROM "memory_example"',
+            )
+        )
+    ]
+    assert len(asked) == 1
+    generation = item.generations.get()
+    assert generation.stored_examples == 1 and generation.retrieval_ms is not None
 
 
 def test_a_candidate_is_saved_with_its_answer_and_usage(
