@@ -40,8 +40,6 @@ class Recall:
     # Up to `pool` active rejected examples at or above the minimum, nearest first: answers
     # reviewers turned down for similar requests, which the ranking counts as votes against.
     rejected: list[RetrievedExample] = field(default_factory=list)
-    # False when the queue held no preferred example, so nothing was searched.
-    stored: bool = True
 
 
 def examples_recall(
@@ -72,7 +70,7 @@ def examples_recall(
         return Recall(examples=[], neighbours=[], minimum=minimum)
     if not (_preferred(queue).exists() if preferred is None else preferred):
         # Nothing to find: a new queue's requests are not embedded for nothing.
-        return Recall(examples=[], neighbours=[], minimum=minimum, stored=False)
+        return Recall(examples=[], neighbours=[], minimum=minimum)
     collection = index.collection_of(queue.pk)
     vector = vector or embeddings.embed_text(query_text)
     pinned = [
