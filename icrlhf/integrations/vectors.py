@@ -112,7 +112,9 @@ def upsert(*, collection: str, points: Sequence[Point]) -> None:
             collection,
             points=[
                 models.PointStruct(
-                    id=str(point.id), vector=_unit(point.vector), payload=point.payload
+                    id=str(point.id),
+                    vector=unit_array(point.vector).tolist(),
+                    payload=point.payload,
                 )
                 for point in points
             ],
@@ -162,7 +164,7 @@ def search(
             return []
         result = client.query_points(
             collection,
-            query=_unit(vector),
+            query=unit_array(vector).tolist(),
             query_filter=query_filter,
             limit=limit,
             score_threshold=min_score,
@@ -239,13 +241,6 @@ def search_among(
     points are fetched by id and compared here, as an id filter is slow in local mode."""
     stored = vectors_of(collection=collection, ids=ids)
     return {point_id: cosine(vector, other) for point_id, other in stored.items()}
-
-
-def _unit(vector: Sequence[float]) -> list[float]:
-    import numpy
-
-    norm = float(numpy.linalg.norm(vector))
-    return cast(list[float], (numpy.asarray(vector) / norm).tolist()) if norm else list(vector)
 
 
 def unit_array(vector: Sequence[float]) -> UnitVector:
