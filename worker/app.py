@@ -98,7 +98,8 @@ def warm_up(sender: Any, **_: object) -> None:
     # What is loaded by now (the libraries, the embedder, the store's points) lives as long
     # as the worker: out of the collector's reach, a full collection no longer scans it all.
     # Such a collection stopped every thread of the worker for 261 ms during a flood of
-    # generations (bench_pipeline's fairness run, 2 cores); frozen, it took 8 ms.
+    # generations (bench_pipeline's fairness run, 2 cores); frozen, it took 8 ms. Collected
+    # first: garbage frozen with it would never be freed.
     gc.collect()
     gc.freeze()
 
