@@ -15,9 +15,10 @@ from ninja.errors import Throttled
 from ninja.errors import ValidationError as NinjaValidationError
 
 from icrlhf.export.api import router as export_router
-from icrlhf.ingest.api import CreationLimitReached, items_router
+from icrlhf.ingest.api import items_router
 from icrlhf.ingest.api import router as tickets_router
 from icrlhf.ingest.auth import TokenAuth
+from icrlhf.ingest.services import CreationLimitReached
 from icrlhf.trajectories.api import router as feedback_router
 
 

@@ -9,7 +9,7 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item, Membership, Queue
 from icrlhf.review.models import Decision
-from icrlhf.trajectories.services import StepRecorded, step_record
+from icrlhf.trajectories.services import RunOwner, StepRecorded, step_record
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -143,11 +143,14 @@ def agent_step(
     tool_calls: list[dict[str, Any]] | None = None,
     tool_names: list[str] | None = None,
     call_id: Any = None,
+    token: Any = None,
+    end_user: str = "",
 ) -> StepRecorded:
     """One gateway call recorded as an agent's step, as the gateway records it (the messages
-    as the caller sent them, nothing redacted)."""
+    as the caller sent them, nothing redacted), in a run of `token` (an IntegrationToken)."""
     return step_record(
         queue=queue,
+        owner=RunOwner(token_id=None if token is None else token.pk, end_user=end_user),
         key=key,
         messages=messages,
         raw_messages=messages,

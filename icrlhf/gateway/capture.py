@@ -8,6 +8,7 @@ that fails (the database busy, the process stopped) is retried by the sweeper.""
 
 import logging
 import uuid
+from collections import Counter
 from datetime import timedelta
 
 from django.conf import settings
@@ -18,7 +19,10 @@ from django.utils import timezone
 
 from icrlhf.gateway.models import Call
 from icrlhf.generation.services import Served, item_create
+from icrlhf.ingest.services import CreationLimitReached, token_creation_check
+from icrlhf.integrations.redaction import scrub
 from icrlhf.queues.models import Item, Queue
+from icrlhf.trajectories.selectors import APPROVAL_ALLOWS_MEMORY, low_reward_q
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +55,16 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
             call.capture = Call.Capture.DUPLICATE
             call.save(update_fields=["capture"])
             return None
+        if call.capture == Call.Capture.LOW_REWARD and call.token_id is not None:
+            # Chosen after the call, by the application's reward: the token's own review
+            # work, within its item limit (refused: the sweep tries again in a minute).
+            try:
+                token_creation_check(token_id=call.token_id, count=1, noun="items")
+            except CreationLimitReached:
+                return None
+        # The call was logged before review chose it (a low reward): what review keeps is
+        # redacted now, in the log row too (REDACTION: captured or all).
+        _redact_for_review(call)
         example_id = call.examples[0]["id"] if call.source == Call.Source.MEMORY else None
         conversation = call.context
         if not conversation or conversation[-1].get("role") not in ("user", "tool"):
@@ -90,6 +104,13 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
         return item
 
 
+def _redact_for_review(call: Call) -> None:
+    fields = ("request_text", "context", "answer_text", "tool_calls")
+    for name in fields:
+        setattr(call, name, scrub(getattr(call, name), into="review"))
+    call.save(update_fields=fields)
+
+
 def _reward_given(call: Call) -> float | None:
     """The reward that sent a low-reward call to review: the lower of its step's own and its
     run's (a run reported failed without one: 0.0)."""
@@ -123,27 +144,38 @@ def captures_lost() -> list[uuid.UUID]:
 
 def low_reward_steps_mark() -> int:
     """Choose for review the calls of agent steps rewarded below their queue's bar (the step's
-    own reward, its run's, or a run reported failed), where the queue asks for it; the sweep
-    then captures them as it captures any chosen call. Returns how many were chosen."""
-    bar = F("queue__reward_threshold")
-    low = (
-        Q(step__reward__lt=bar)
-        | Q(step__trajectory__reward__lt=bar)
-        | Q(step__trajectory__reward__isnull=True, step__trajectory__outcome="failed")
-    )
-    return (
-        Call.objects.filter(
-            low,
-            queue__capture_low_reward=True,
-            queue__reward_threshold__isnull=False,
+    own reward, its run's, or a run reported failed), where the queue asks for it: at most the
+    queue's cap per run, its earliest steps, and nothing from a run awaiting (or refused) a
+    reviewer's approval. The sweep then captures them as it captures any chosen call. Returns
+    how many were chosen."""
+    recent = Call.objects.filter(
+        queue__capture_low_reward=True,
+        queue__reward_threshold__isnull=False,
+        step__isnull=False,
+        created_at__gte=timezone.now() - _GIVE_UP_AFTER,
+    ).filter(step__trajectory__approval__in=APPROVAL_ALLOWS_MEMORY)
+    eligible = list(
+        recent.filter(
+            low_reward_q("step__", F("queue__reward_threshold")),
             capture=Call.Capture.NONE,
             item__isnull=True,
             status_code=200,
-            created_at__gte=timezone.now() - _GIVE_UP_AFTER,
         )
-        .order_by()
-        .update(capture=Call.Capture.LOW_REWARD)
+        .order_by("step__trajectory_id", "step__position", "pk")
+        .values_list("pk", "step__trajectory_id", "queue__low_reward_captures_per_run")
     )
+    runs = {run for _, run, _ in eligible}
+    taken = Counter(
+        recent.filter(capture=Call.Capture.LOW_REWARD, step__trajectory_id__in=runs)
+        .values_list("step__trajectory_id", flat=True)
+        .order_by()
+    )
+    chosen: list[uuid.UUID] = []
+    for call_id, run, cap in eligible:
+        if taken[run] < cap:
+            taken[run] += 1
+            chosen.append(call_id)
+    return Call.objects.filter(pk__in=chosen).update(capture=Call.Capture.LOW_REWARD)
 
 
 def item_deleted(*, item_id: int) -> None:

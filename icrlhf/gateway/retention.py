@@ -1,7 +1,9 @@
 """How long the gateway keeps what end users wrote: CALL_RETENTION_DAYS.
 
-A call older than that loses its request, the caller's context and the answer; its figures
-(source, timings, tokens, scores, holdout) stay for the dashboard. A captured call's review
+A call older than that loses everything end users wrote or that identifies them: its
+request, the caller's context, the answer and its tool calls, the call's options (`user`,
+tools), its error (an upstream may quote the request) and the request's digest; its figures
+(source, timings, tokens, scores, holdout, status) stay for the dashboard. A captured call's review
 item is the queue's own data and keeps what review needs. A trajectory whose last step is
 that old loses its goal, its steps' messages and actions, and its feedback's comments."""
 
@@ -23,8 +25,22 @@ def calls_purge(*, now: datetime) -> int:
     if days <= 0:
         return 0
     expired = Call.objects.filter(created_at__lt=now - timedelta(days=days)).filter(
-        ~Q(request_text=PURGED) | ~Q(answer_text=PURGED) | ~Q(context=[])
+        ~Q(request_text=PURGED)
+        | ~Q(answer_text=PURGED)
+        | ~Q(context=[])
+        | ~Q(tool_calls=[])
+        | ~Q(options={})
+        | ~Q(error=PURGED)
+        | ~Q(request_hash=PURGED)
     )
     # The runs these calls made up hold the same words: their steps, goals and feedback.
     trajectories_purge(before=now - timedelta(days=days))
-    return expired.update(request_text=PURGED, context=[], answer_text=PURGED)
+    return expired.update(
+        request_text=PURGED,
+        context=[],
+        answer_text=PURGED,
+        tool_calls=[],
+        options={},
+        error=PURGED,
+        request_hash=PURGED,
+    )

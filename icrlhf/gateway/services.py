@@ -20,13 +20,13 @@ from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation.prompts import conversation_prompt, messages_build
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
-from icrlhf.integrations.redaction import redact
+from icrlhf.integrations.redaction import Destination, scrub
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.kinds import kind_of
 from icrlhf.memory.selectors import Recall, RetrievedExample, examples_recall_anywhere
 from icrlhf.memory.signatures import PLAIN, Signature, tool_names
 from icrlhf.queues.models import Queue
-from icrlhf.trajectories.services import step_record
+from icrlhf.trajectories.services import RunOwner, step_record
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,10 @@ class Plan:
     params: dict[str, Any] = field(default_factory=dict)
     # The caller's tool and output fields (tools, tool_choice, response_format, …), passed on.
     options: dict[str, Any] = field(default_factory=dict)
-    # The agent run the caller names (X-Icrlhf-Trajectory, or metadata.trajectory_id).
+    # The agent run the caller names (X-Icrlhf-Trajectory, or metadata.trajectory_id), and
+    # the end user the call names (`user`): with the token, the run's owner.
     trajectory_key: str = ""
+    end_user: str = ""
 
     def upstream(self) -> dict[str, Any]:
         """The LLM call's arguments, as llm.acomplete and llm.astream take them."""
@@ -158,6 +160,7 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
         capture=capture_reason(queue=queue, top_score=top_score, memory=memory),
         options=options,
         trajectory_key=run_key,
+        end_user=request.user or "",
     )
 
     # Served as is, with no one reviewing it: only an approved example, where the queue asks.
@@ -259,17 +262,11 @@ def call_record(
     error: str = "",
 ) -> Call:
     capture = plan.capture if status_code == 200 else Call.Capture.NONE  # only a whole answer
-    request_text, context, raw_answer_text = plan.request_text, plan.context, answer_text
-    if settings.REDACTION == "all" or (settings.REDACTION == "captured" and capture):
-        # Before anything is stored (and, through the review item, embedded): the caller got
-        # its answer already; what is kept has placeholders where the personal data was.
-        request_text, answer_text = redact(request_text).text, redact(answer_text).text
-        context = [
-            {**turn, "content": redact(turn["content"]).text}
-            if isinstance(turn.get("content"), str)
-            else turn
-            for turn in context
-        ]
+    # Before anything is stored (and, through the review item, embedded): the caller got its
+    # answer already; what is kept has placeholders where the personal data was.
+    into: Destination = "review" if capture else "log"
+    request_text, context = scrub(plan.request_text, into=into), scrub(plan.context, into=into)
+    kept_answer, kept_tool_calls = scrub(answer_text, into=into), scrub(tool_calls or [], into=into)
     call = Call.objects.create(
         id=call_id,
         queue=plan.queue,
@@ -282,8 +279,8 @@ def call_record(
         request_text=request_text,
         context=context,
         request_hash=plan.request_hash,
-        answer_text=answer_text,
-        tool_calls=tool_calls or [],
+        answer_text=kept_answer,
+        tool_calls=kept_tool_calls,
         options=plan.options,
         examples=[{"id": str(r.example.pk), "score": round(r.score, 4)} for r in plan.examples],
         top_score=plan.top_score,
@@ -301,13 +298,15 @@ def call_record(
         try:
             step_record(
                 queue=plan.queue,
+                owner=RunOwner(token_id=token.pk, end_user=plan.end_user),
                 key=plan.trajectory_key,
                 messages=context,
                 raw_messages=plan.context,
                 decision_point=request_text,
-                action_text=answer_text,
-                raw_action_text=raw_answer_text,
-                tool_calls=tool_calls or [],
+                action_text=kept_answer,
+                raw_action_text=answer_text,
+                tool_calls=kept_tool_calls,
+                raw_tool_calls=tool_calls or [],
                 tool_names=tool_names(plan.options.get("tools")),
                 call_id=call.pk,
                 created_at=call.created_at,

@@ -5,13 +5,11 @@ icrlhf/api.py."""
 import logging
 from collections.abc import Callable
 
-from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import transaction
 from django.http import HttpRequest
 from ninja import Router, Schema, Status
 
-from icrlhf.accounts.ratelimit import attempt_allowed, seconds_left_in_window
 from icrlhf.generation.services import item_create_once
 from icrlhf.ingest.auth import token_of
 from icrlhf.ingest.models import IntegrationToken
@@ -27,6 +25,7 @@ from icrlhf.ingest.schemas import (
     TicketIn,
     TicketOut,
 )
+from icrlhf.ingest.services import token_creation_check
 from icrlhf.kinds import kind_of
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.models import Automation, Decision
@@ -38,19 +37,9 @@ router = Router(tags=["tickets"])
 items_router = Router(tags=["items"])
 
 
-class CreationLimitReached(Exception):
-    def __init__(self, limit: int, wait: int, noun: str) -> None:
-        super().__init__(f"This token may create {limit:,} {noun} a minute; retry in {wait} s.")
-        self.wait = wait
-
-
 def _creation_check(token: IntegrationToken, count: int, noun: str = "tickets") -> None:
-    """The token's creation limit, items and tickets together (a batch counts each one): one
-    integration's flood is refused with a clear 429, whole batches only, so nothing is half
-    saved."""
-    limit = settings.TICKETS_PER_MINUTE_PER_TOKEN
-    if not attempt_allowed("api-token-tickets", str(token.pk), per_minute=limit, cost=count):
-        raise CreationLimitReached(limit, seconds_left_in_window(), noun)
+    """Whole batches only, so nothing is half saved."""
+    token_creation_check(token_id=token.pk, count=count, noun=noun)
 
 
 def _out(item: Item, created: bool) -> TicketOut:

@@ -2,12 +2,29 @@ import hashlib
 import secrets
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 
+from icrlhf.accounts.ratelimit import attempt_allowed, seconds_left_in_window
 from icrlhf.ingest.models import DEFAULT_SCOPES, IntegrationToken
 from icrlhf.queues.models import Queue
 
 TOKEN_PREFIX = "icr_"
+
+
+class CreationLimitReached(Exception):
+    def __init__(self, limit: int, wait: int, noun: str) -> None:
+        super().__init__(f"This token may create {limit:,} {noun} a minute; retry in {wait} s.")
+        self.wait = wait
+
+
+def token_creation_check(*, token_id: int, count: int, noun: str = "tickets") -> None:
+    """The token's creation limit: items and tickets through the API, and the review items
+    its gateway calls are captured into, together (a batch counts each one). One
+    integration's flood is refused with a clear 429 (the API) or waits (a capture)."""
+    limit = settings.TICKETS_PER_MINUTE_PER_TOKEN
+    if not attempt_allowed("api-token-tickets", str(token_id), per_minute=limit, cost=count):
+        raise CreationLimitReached(limit, seconds_left_in_window(), noun)
 
 
 def _digest(token: str) -> str:

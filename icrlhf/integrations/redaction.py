@@ -11,6 +11,7 @@ a date) is left alone."""
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Literal, cast
 
 import phonenumbers
 from django.conf import settings
@@ -84,3 +85,30 @@ def redact(text: str) -> Redacted:
     text = _checked(text, _CARD_CANDIDATE, luhn.is_valid, CARD, counts)
     text = _phones(text, counts)
     return Redacted(text=text, counts=counts)
+
+
+def redact_json(value: Any) -> Any:
+    """`value` with every string in it redacted, walking lists and dicts (tool calls, tool
+    results, structured outputs). A tool call's `arguments` is JSON text: a placeholder holds
+    no quote or backslash, so the text stays the same JSON with the data replaced."""
+    if isinstance(value, str):
+        return redact(value).text
+    if isinstance(value, list):
+        return [redact_json(each) for each in value]
+    if isinstance(value, dict):
+        return {key: redact_json(each) for key, each in value.items()}
+    return value
+
+
+# Where end users' words are going: the call log (and its agent steps and feedback), or
+# review (items, memory, exports), which reviewers read and other callers' prompts receive.
+type Destination = Literal["log", "review"]
+
+
+def scrub[T](value: T, *, into: Destination) -> T:
+    """The one redaction every way into storage goes through, under REDACTION: "all" redacts
+    everything kept, "captured" what reaches review, memory and exports, "off" nothing."""
+    mode = settings.REDACTION
+    if mode == "off" or (mode == "captured" and into == "log"):
+        return value
+    return cast(T, redact_json(value))

@@ -123,6 +123,14 @@ class Queue(models.Model):
         "and N candidate next actions made with the same tools. Calls more than a day old "
         "are not captured.",
     )
+    low_reward_captures_per_run = models.PositiveSmallIntegerField(
+        "steps of one run sent to review at most",
+        default=3,
+        validators=[MinValueValidator(1), MaxValueValidator(50)],
+        help_text="A run rewarded below the bar sends at most this many of its steps to "
+        "review (its earliest), each costing N−1 generations; they count against the "
+        "token's item limit. The run's page says when the cap left steps out.",
+    )
     memory_answers_need_approval = models.BooleanField(
         "answers from memory need a curator's approval",
         default=False,

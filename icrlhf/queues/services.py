@@ -18,7 +18,12 @@ GATEWAY_FIELDS = (
     "memory_answers_need_approval",
 )
 AUTOMATION_FIELDS = ("auto_apply_threshold", "audit_percent", "blind_percent")
-REWARD_FIELDS = ("reward_threshold", "rewards_need_approval", "capture_low_reward")
+REWARD_FIELDS = (
+    "reward_threshold",
+    "rewards_need_approval",
+    "capture_low_reward",
+    "low_reward_captures_per_run",
+)
 # Edited on the queue's routing page, each change audited (RoutingChange).
 ROUTING_FIELDS = GATEWAY_FIELDS + AUTOMATION_FIELDS + REWARD_FIELDS
 

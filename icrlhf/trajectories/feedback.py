@@ -10,13 +10,18 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from icrlhf.ingest.models import IntegrationToken
+from icrlhf.integrations.redaction import scrub
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
 from icrlhf.trajectories.rewards import learnt_reward, rewards_apply, run_usage_credit
 
 
 class FeedbackTargetMissing(Exception):
-    """The call or trajectory named is not in the token's queue (or not logged yet)."""
+    """The call or trajectory named is not the token's (or not logged yet)."""
+
+
+class FeedbackKeyConflict(Exception):
+    """The key was used before with another body: which fields differ."""
 
 
 @dataclass(frozen=True)
@@ -26,35 +31,80 @@ class FeedbackRecorded:
 
 
 def _target(
-    *, queue: Queue, call_id: uuid.UUID | None, trajectory_ref: str | None
+    *,
+    queue: Queue,
+    token: IntegrationToken | None,
+    call_id: uuid.UUID | None,
+    trajectory_ref: str | None,
 ) -> tuple[Trajectory, Step | None]:
+    """The run (and step) the feedback is on: among the token's own runs (a reviewer, with
+    no token, may name any run of the queue). Another token's run or call is not found, as
+    if it did not exist."""
+    runs = Trajectory.objects.filter(queue=queue)
+    if token is not None:
+        runs = runs.filter(token=token)
     if call_id is not None:
         step = (
             Step.objects.select_related("trajectory")
-            .filter(call_id=call_id, trajectory__queue=queue)
+            .filter(call_id=call_id, trajectory__in=runs)
             .first()
         )
         if step is None:
             raise FeedbackTargetMissing(
-                f"No call {call_id} in this queue. A call is logged once its answer has been "
-                "sent (a stream: once it ended); if it has just ended, retry in a second."
+                f"No call {call_id} made with this token. A call is logged once its answer "
+                "has been sent (a stream: once it ended); if it has just ended, retry in a "
+                "second."
             )
         return step.trajectory, step
     reference = (trajectory_ref or "").strip()
     # The trajectory's own id first (an application's key that looks like one names no other
     # run); then the caller's key. Runs grouped by their messages have no key: "" names none.
     try:
-        found = Trajectory.objects.filter(queue=queue, pk=uuid.UUID(reference)).first()
+        found = runs.filter(pk=uuid.UUID(reference)).first()
     except ValueError:
         found = None
     if found is None:
-        found = Trajectory.objects.filter(queue=queue, key=reference).exclude(key="").first()
+        named = list(runs.filter(key=reference).exclude(key="")[:2])
+        if len(named) > 1:
+            raise FeedbackTargetMissing(
+                f"Several of this token's runs are named “{reference}”, for different end "
+                "users (`user`): give the trajectory's own id (the feedback's trajectory_id)."
+            )
+        found = named[0] if named else None
     if found is None:
         raise FeedbackTargetMissing(
-            f"No trajectory “{reference}” in this queue (give the id you sent as "
+            f"No trajectory “{reference}” made with this token (give the id you sent as "
             "X-Icrlhf-Trajectory or metadata.trajectory_id, or the trajectory's own id)."
         )
     return found, None
+
+
+def _differences(
+    earlier: Feedback,
+    *,
+    trajectory: Trajectory,
+    step: Step | None,
+    reward: float | None,
+    success: bool | None,
+    comment: str,
+    corrected: dict[str, Any],
+) -> list[str]:
+    """The fields in which a retry under an earlier key differs from the first body."""
+    now = {
+        "target": (trajectory.pk, step.pk if step else None),
+        "reward": reward,
+        "success": success,
+        "comment": comment,
+        "corrected_action": corrected,
+    }
+    then = {
+        "target": (earlier.trajectory_id, earlier.step_id),
+        "reward": earlier.reward,
+        "success": earlier.success,
+        "comment": earlier.comment,
+        "corrected_action": earlier.corrected_action,
+    }
+    return [name for name in now if now[name] != then[name]]
 
 
 def feedback_record(
@@ -70,51 +120,90 @@ def feedback_record(
     key: str = "",
 ) -> FeedbackRecorded:
     """Record the feedback and put its reward where it belongs: on the step (feedback on a
-    call) or on the trajectory, whose outcome `success` sets. The same key again (or, with no
-    key, the same feedback again) returns the first record and changes nothing."""
-    trajectory, step = _target(queue=queue, call_id=call_id, trajectory_ref=trajectory_ref)
-    corrected = corrected_action or {}
+    call) or on the trajectory, whose outcome `success` sets.
+
+    Keys are the token's own, as a payment API's idempotency keys are: the same key with
+    the same body returns the first record and changes nothing; with another body it raises
+    FeedbackKeyConflict. With no key, the same feedback again is the same record."""
+    trajectory, step = _target(
+        queue=queue, token=token, call_id=call_id, trajectory_ref=trajectory_ref
+    )
+    # Stored as the call log keeps end users' words (the comment may quote them).
+    comment = scrub(comment, into="log")
+    corrected = scrub(corrected_action or {}, into="log")
     if not key:
         content = [str(trajectory.pk), step.pk if step else None, reward, success, comment]
         digest = json.dumps([*content, corrected], sort_keys=True, default=str)
         key = "auto:" + hashlib.sha256(digest.encode()).hexdigest()
-    earlier = Feedback.objects.filter(queue=queue, key=key).first()
-    if earlier is not None:
-        return FeedbackRecorded(feedback=earlier, created=False)
-    try:
-        with transaction.atomic():
-            feedback = Feedback.objects.create(
-                queue=queue,
-                trajectory=trajectory,
-                step=step,
-                key=key,
-                reward=reward,
-                success=success,
-                comment=comment,
-                corrected_action=corrected,
-                token=token,
+    body = {
+        "trajectory": trajectory,
+        "step": step,
+        "reward": reward,
+        "success": success,
+        "comment": comment,
+        "corrected": corrected,
+    }
+    earlier = Feedback.objects.filter(queue=queue, token=token, key=key).first()
+    if earlier is None:
+        try:
+            return FeedbackRecorded(
+                feedback=_feedback_create(queue=queue, token=token, key=key, **body), created=True
             )
-            if step is not None and reward is not None:
-                Step.objects.filter(pk=step.pk).update(reward=reward)
-            learnt = learnt_reward(reward=reward, success=success)
-            if learnt is not None and step is None:
-                run_usage_credit(queue=queue, trajectory=trajectory, reward=learnt)
-            if learnt is not None and queue.reward_threshold is not None:
-                if queue.rewards_need_approval:  # a reviewer approves first (rewards.py)
-                    Trajectory.objects.filter(pk=trajectory.pk).update(
-                        approval=Trajectory.Approval.PENDING
-                    )
-                else:
-                    rewards_apply(queue=queue, trajectory=trajectory, reward=learnt, step=step)
-            if step is None:
-                changes: dict[str, Any] = {}
-                if reward is not None:
-                    changes["reward"] = reward
-                if success is not None:
-                    outcome = Trajectory.Outcome.SUCCEEDED if success else Trajectory.Outcome.FAILED
-                    changes["outcome"] = outcome
-                if changes:
-                    Trajectory.objects.filter(pk=trajectory.pk).update(**changes)
-    except IntegrityError:  # the same key posted twice at once: the first one stands
-        return FeedbackRecorded(feedback=Feedback.objects.get(queue=queue, key=key), created=False)
-    return FeedbackRecorded(feedback=feedback, created=True)
+        except IntegrityError:  # the same key posted twice at once: the first one stands
+            earlier = Feedback.objects.get(queue=queue, token=token, key=key)
+    if differences := _differences(earlier, **body):
+        raise FeedbackKeyConflict(
+            f"The key “{key}” was used for other feedback (its {', '.join(differences)} "
+            "differed); use a new key for new feedback."
+        )
+    return FeedbackRecorded(feedback=earlier, created=False)
+
+
+@transaction.atomic
+def _feedback_create(
+    *,
+    queue: Queue,
+    token: IntegrationToken | None,
+    key: str,
+    trajectory: Trajectory,
+    step: Step | None,
+    reward: float | None,
+    success: bool | None,
+    comment: str,
+    corrected: dict[str, Any],
+) -> Feedback:
+    feedback = Feedback.objects.create(
+        queue=queue,
+        trajectory=trajectory,
+        step=step,
+        key=key,
+        reward=reward,
+        success=success,
+        comment=comment,
+        corrected_action=corrected,
+        token=token,
+    )
+    if step is not None and reward is not None:
+        Step.objects.filter(pk=step.pk).update(reward=reward)
+    if step is None:
+        changes: dict[str, Any] = {}
+        if reward is not None:
+            changes["reward"] = reward
+        if success is not None:
+            changes["outcome"] = (
+                Trajectory.Outcome.SUCCEEDED if success else Trajectory.Outcome.FAILED
+            )
+        if changes:
+            Trajectory.objects.filter(pk=trajectory.pk).update(**changes)
+    learnt = learnt_reward(reward=reward, success=success)
+    if learnt is None or queue.reward_threshold is None:
+        return feedback
+    if queue.rewards_need_approval:
+        # Nothing changes before a reviewer approves: no memory, no usage credit (pruning),
+        # no capture (rewards.rewards_approval_decide does what follows, on approval).
+        Trajectory.objects.filter(pk=trajectory.pk).update(approval=Trajectory.Approval.PENDING)
+        return feedback
+    if step is None:
+        run_usage_credit(queue=queue, trajectory=trajectory, reward=learnt)
+    rewards_apply(queue=queue, trajectory=trajectory, reward=learnt, step=step)
+    return feedback

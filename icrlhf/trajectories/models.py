@@ -30,6 +30,13 @@ class Trajectory(models.Model):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="trajectories")
+    # Its owner: the token whose calls made it, and the end user those calls named in `user`
+    # ("" when they named none). Only its owner's calls continue it, and only its owner's
+    # feedback rewards it (a reviewer, in the web app, sees every run of the queue).
+    token = models.ForeignKey(
+        "ingest.IntegrationToken", null=True, blank=True, on_delete=models.SET_NULL
+    )
+    end_user = models.CharField(max_length=500, blank=True)
     # The id the caller sent (X-Icrlhf-Trajectory or metadata.trajectory_id); "" when the
     # calls were grouped by their messages.
     key = models.CharField(max_length=200, blank=True)
@@ -49,14 +56,18 @@ class Trajectory(models.Model):
     approved_at = models.DateTimeField(null=True, blank=True)
     # The examples its calls were prompted with have been credited with its reward (once).
     usage_credited = models.BooleanField(default=False)
+    # When retention blanked what end users wrote in it (CALL_RETENTION_DAYS).
+    purged_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-last_step_at", "-pk"]
         constraints = [
+            # A key names a run among its owner's: two tokens (or two end users of one) that
+            # pick the same key get two runs.
             models.UniqueConstraint(
-                fields=["queue", "key"],
+                fields=["queue", "token", "end_user", "key"],
                 condition=~models.Q(key=""),
-                name="trajectory_key_unique_per_queue",
+                name="trajectory_key_unique_per_owner",
             )
         ]
         indexes = [models.Index(fields=["queue", "last_step_at"])]
@@ -105,8 +116,9 @@ class Feedback(models.Model):
     step = models.ForeignKey(
         Step, null=True, blank=True, on_delete=models.CASCADE, related_name="feedback"
     )
-    # The caller's key for this feedback (Idempotency-Key, or the body's feedback_id): the
-    # same key again returns the first one and changes nothing.
+    # The caller's key for this feedback (Idempotency-Key, or the body's feedback_id), one
+    # namespace per token: the same key with the same body returns the first one and changes
+    # nothing; with another body it is refused (feedback.FeedbackKeyConflict).
     key = models.CharField(max_length=200)
     reward = models.FloatField(null=True, blank=True)
     success = models.BooleanField(null=True, blank=True)
@@ -121,7 +133,9 @@ class Feedback(models.Model):
     class Meta:
         ordering = ["-created_at", "-pk"]
         constraints = [
-            models.UniqueConstraint(fields=["queue", "key"], name="feedback_key_unique_per_queue")
+            models.UniqueConstraint(
+                fields=["queue", "token", "key"], name="feedback_key_unique_per_token"
+            )
         ]
 
     def __str__(self) -> str:

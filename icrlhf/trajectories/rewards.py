@@ -2,14 +2,14 @@
 threshold and rejected below it (the icrl library stores only verified successes; a reward
 below the bar teaches what not to do)."""
 
+from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from icrlhf.integrations.redaction import redact
+from icrlhf.integrations.redaction import scrub
 from icrlhf.memory import signatures
 from icrlhf.memory.curation import examples_credit
 from icrlhf.memory.models import Example
@@ -50,28 +50,70 @@ def run_usage_credit(*, queue: Queue, trajectory: Trajectory, reward: float) -> 
 
 
 class ApprovalConflict(Exception):
-    """The run is not awaiting approval (decided already, or never rewarded)."""
+    """The run is not awaiting approval (decided already, or never rewarded), or it changed
+    since the reviewer looked at it."""
+
+
+@dataclass(frozen=True)
+class RunSeen:
+    """What a reviewer saw of a run when they chose: its steps and its feedback, by id."""
+
+    step_ids: frozenset[int]
+    feedback_ids: frozenset[str]
+
+    @classmethod
+    def of(cls, trajectory: Trajectory) -> "RunSeen":
+        return cls(
+            step_ids=frozenset(trajectory.steps.values_list("pk", flat=True)),
+            feedback_ids=frozenset(
+                str(pk) for pk in trajectory.feedback.values_list("pk", flat=True)
+            ),
+        )
 
 
 def rewards_approval_decide(
-    *, queue: Queue, trajectory_id: Any, reviewer: User, approve: bool
+    *, queue: Queue, trajectory_id: Any, reviewer: User, approve: bool, seen: RunSeen
 ) -> list[Example]:
     """A reviewer's approval of a rewarded run: approved, its feedback goes to memory, the
     latest first (a step takes the first reward that reaches memory, so what the reviewer saw
-    last is what is stored); declined, nothing does. Once; new feedback asks again."""
+    last is what is stored), and the examples its calls were prompted with are credited;
+    declined, nothing happens. Once; new feedback asks again. Refused when the run gained a
+    step or a feedback since the reviewer saw it: they approve only what they saw."""
     with transaction.atomic():
         trajectory = (
             Trajectory.objects.select_for_update().filter(pk=trajectory_id, queue=queue).first()
         )
         if trajectory is None or trajectory.approval != Trajectory.Approval.PENDING:
             raise ApprovalConflict("This run is not awaiting approval: someone decided already.")
+        now = RunSeen.of(trajectory)
+        if now != seen:
+            new_steps = len(now.step_ids - seen.step_ids)
+            new_feedback = len(now.feedback_ids - seen.feedback_ids)
+            raise ApprovalConflict(
+                f"The run changed since you opened it ({new_steps} new step(s), "
+                f"{new_feedback} new feedback): nothing was stored. Look at it again, then "
+                "approve or decline."
+            )
         stored: list[Example] = []
         if approve:
-            for each in (
+            feedback = list(
                 Feedback.objects.filter(trajectory=trajectory)
                 .select_related("step")
                 .order_by("-created_at", "-pk")
-            ):
+            )
+            run_reward = next(
+                (
+                    learnt
+                    for each in feedback
+                    if each.step is None
+                    and (learnt := learnt_reward(reward=each.reward, success=each.success))
+                    is not None
+                ),
+                None,
+            )
+            if run_reward is not None:
+                run_usage_credit(queue=queue, trajectory=trajectory, reward=run_reward)
+            for each in feedback:
                 learnt = learnt_reward(reward=each.reward, success=each.success)
                 if learnt is not None:
                     stored += rewards_apply(
@@ -92,9 +134,8 @@ def _tool_names(step: Step, trajectory: Trajectory) -> list[str]:
     return signatures.tool_names(step.call.options.get("tools"))
 
 
-def _redacted(message: dict[str, Any]) -> dict[str, Any]:
-    content = message.get("content")
-    return {**message, "content": redact(content).text} if isinstance(content, str) else message
+def _for_memory(message: dict[str, Any]) -> dict[str, Any]:
+    return scrub(message, into="review")
 
 
 def rewards_apply(
@@ -112,14 +153,14 @@ def rewards_apply(
         .select_related("call")
         .order_by("position", "pk")
     )
-    # What memory keeps is redacted, as a reviewed capture is (REDACTION: off keeps all).
-    clean = _redacted if settings.REDACTION != "off" else (lambda message: message)
+    # What memory keeps is redacted, as a reviewed capture is: the texts, the tool calls'
+    # arguments and the tool results (REDACTION: off keeps all).
     rewarded = [
         RewardedStep(
             step_id=turns.step.pk,
-            input_text=clean({"content": turns.step.decision_point})["content"],
-            action_text=clean({"content": turns.step.action_text})["content"],
-            tool_calls=turns.step.tool_calls,
+            input_text=scrub(turns.step.decision_point, into="review"),
+            action_text=scrub(turns.step.action_text, into="review"),
+            tool_calls=scrub(turns.step.tool_calls, into="review"),
             conversation=turns.before,
             tool_names=_tool_names(turns.step, trajectory),
             output_format=signatures.output_format(
@@ -129,7 +170,7 @@ def rewards_apply(
             preferred=preferred,
             results=turns.results,
         )
-        for turns in step_turns(steps, clean)
+        for turns in step_turns(steps, _for_memory)
         if step is None or turns.step.pk == step.pk
     ]
     return rewarded_steps_record(queue_id=queue.pk, steps=rewarded)

@@ -12,7 +12,9 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import CharField, F, QuerySet, Value
+from django.db.models.functions import Cast, Concat
+from django.utils import timezone
 
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
@@ -42,6 +44,19 @@ def conversation_hash(messages: list[dict[str, Any]]) -> str:
 
 
 @dataclass(frozen=True)
+class RunOwner:
+    """Who a run belongs to: the token whose calls made it, and the end user they named."""
+
+    token_id: int | None
+    end_user: str = ""
+
+    def runs(self, queue: Queue) -> "QuerySet[Trajectory]":
+        return Trajectory.objects.filter(
+            queue=queue, token_id=self.token_id, end_user=self.end_user
+        )
+
+
+@dataclass(frozen=True)
 class StepRecorded:
     trajectory: Trajectory
     step: Step
@@ -50,6 +65,7 @@ class StepRecorded:
 def step_record(
     *,
     queue: Queue,
+    owner: RunOwner,
     key: str,
     messages: list[dict[str, Any]],
     raw_messages: list[dict[str, Any]],
@@ -60,19 +76,24 @@ def step_record(
     call_id: Any,
     created_at: datetime,
     raw_action_text: str | None = None,
+    raw_tool_calls: list[dict[str, Any]] | None = None,
 ) -> StepRecorded:
-    """Record one call as the next step of its trajectory.
+    """Record one call as the next step of its owner's trajectory.
 
-    `raw_messages` and `raw_action_text` are the call's messages and answer as the caller has
-    them (for recognising the continuation); `messages` and `action_text` as they are stored
-    (redacted when REDACTION says so)."""
+    `raw_messages`, `raw_action_text` and `raw_tool_calls` are the call's messages and
+    answer as the caller has them (for recognising the continuation); `messages`,
+    `action_text` and `tool_calls` as they are stored (redacted when REDACTION says so)."""
     key = key.strip()[:KEY_MAX_LENGTH]
     answered = action_text if raw_action_text is None else raw_action_text
     # The answer as the assistant message it becomes in the caller's next call.
-    answer = action_message(text=answered, tool_calls=tool_calls)
+    answer = action_message(
+        text=answered, tool_calls=tool_calls if raw_tool_calls is None else raw_tool_calls
+    )
     continuation = conversation_hash([*raw_messages, answer])
     with transaction.atomic():
-        trajectory, seen = _trajectory_for(queue=queue, key=key, raw_messages=raw_messages)
+        trajectory, seen = _trajectory_for(
+            queue=queue, owner=owner, key=key, raw_messages=raw_messages
+        )
         # A new unnamed run is created with this step counted: no other call can reach it
         # before the step is stored (it is found by the step's continuation). A named run's
         # first call may have a twin that creates the row first: it is counted as the others.
@@ -80,6 +101,7 @@ def step_record(
         if trajectory is None:
             trajectory = _trajectory_create(
                 queue=queue,
+                owner=owner,
                 key=key,
                 messages=messages,
                 tool_names=tool_names,
@@ -108,10 +130,11 @@ def step_record(
 
 
 def _trajectory_for(
-    *, queue: Queue, key: str, raw_messages: list[dict[str, Any]]
+    *, queue: Queue, owner: RunOwner, key: str, raw_messages: list[dict[str, Any]]
 ) -> tuple[Trajectory | None, int]:
-    """The trajectory the call continues, and how many of its messages that trajectory has
-    seen already (None, 0: a new one)."""
+    """The trajectory of its owner's that the call continues, and how many of its messages
+    that trajectory has seen already (None, 0: a new one). Another token's run, or another
+    end user's, is never continued, however alike the conversations are."""
     # Each prefix that ends with an assistant message, longest first: the earlier steps' ends.
     prefixes = {
         conversation_hash(raw_messages[:end]): end
@@ -119,7 +142,7 @@ def _trajectory_for(
         if raw_messages[end - 1].get("role") == "assistant"
     }
     if key:
-        named = Trajectory.objects.filter(queue=queue, key=key).first()
+        named = owner.runs(queue).filter(key=key).first()
         if named is None:
             return None, 0
         hashes = named.steps.filter(continuation_hash__in=prefixes).values_list(
@@ -127,7 +150,7 @@ def _trajectory_for(
         )
         return named, max((prefixes[h] for h in hashes), default=0)
     candidates = Step.objects.filter(
-        trajectory__queue=queue, continuation_hash__in=prefixes
+        trajectory__in=owner.runs(queue), continuation_hash__in=prefixes
     ).select_related("trajectory")
 
     def is_latest(step: Step) -> bool:
@@ -148,6 +171,7 @@ def _trajectory_for(
 def _trajectory_create(
     *,
     queue: Queue,
+    owner: RunOwner,
     key: str,
     messages: list[dict[str, Any]],
     tool_names: list[str],
@@ -162,6 +186,8 @@ def _trajectory_create(
         "created_at": at,
         "last_step_at": at,
         "step_count": step_count,
+        "token_id": owner.token_id,
+        "end_user": owner.end_user,
     }
     if not key:
         return Trajectory.objects.create(queue=queue, **fields)
@@ -169,17 +195,23 @@ def _trajectory_create(
         with transaction.atomic():
             return Trajectory.objects.create(queue=queue, key=key, **fields)
     except IntegrityError:  # two first calls of one named run at once: one row wins
-        return Trajectory.objects.get(queue=queue, key=key)
+        return owner.runs(queue).get(key=key)
 
 
 def trajectories_purge(*, before: datetime) -> int:
-    """Blank what end users wrote in runs whose last step is older than `before` (the call
-    log's retention): goals, steps' messages and actions, feedback's comments. Outcomes,
-    rewards and step counts stay."""
-    expired = Trajectory.objects.filter(last_step_at__lt=before).exclude(goal="")
+    """Blank what end users wrote, and what identifies them, in runs whose last step is older
+    than `before` (the call log's retention): goals, keys and end users' ids, steps' messages
+    and actions, feedback's comments, corrections and keys. Outcomes, rewards and step counts
+    stay. Every run past the period is purged once, resumed ones (no goal) too."""
+    expired = Trajectory.objects.filter(last_step_at__lt=before, purged_at__isnull=True)
     ids = list(expired.values_list("pk", flat=True))
     Step.objects.filter(trajectory_id__in=ids).update(
         observation=[], decision_point="", action_text="", tool_calls=[]
     )
-    Feedback.objects.filter(trajectory_id__in=ids).update(comment="", corrected_action={})
-    return expired.update(goal="")
+    # A feedback key stays unique per token: it becomes the row's own id.
+    Feedback.objects.filter(trajectory_id__in=ids).update(
+        comment="", corrected_action={}, key=Concat(Value("purged:"), Cast("pk", CharField()))
+    )
+    return Trajectory.objects.filter(pk__in=ids).update(
+        goal="", key="", end_user="", purged_at=timezone.now()
+    )

@@ -12,8 +12,13 @@ from django.views.decorators.http import require_POST
 from icrlhf.queues.access import queue_for_member, review_check
 from icrlhf.trajectories.feedback import feedback_record
 from icrlhf.trajectories.models import Trajectory
-from icrlhf.trajectories.rewards import ApprovalConflict, rewards_approval_decide
-from icrlhf.trajectories.selectors import PAGE_SIZE, steps_of, trajectories_recent
+from icrlhf.trajectories.rewards import ApprovalConflict, RunSeen, rewards_approval_decide
+from icrlhf.trajectories.selectors import (
+    PAGE_SIZE,
+    low_reward_captures_of,
+    steps_of,
+    trajectories_recent,
+)
 
 
 def trajectory_list(request: HttpRequest, slug: str) -> HttpResponse:
@@ -38,8 +43,16 @@ def trajectory_list(request: HttpRequest, slug: str) -> HttpResponse:
 def trajectory_detail(request: HttpRequest, slug: str, trajectory_id: uuid.UUID) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     review_check(request.user, queue)
-    trajectory = get_object_or_404(Trajectory, pk=trajectory_id, queue=queue)
-    context = {"queue": queue, "trajectory": trajectory, "steps": steps_of(trajectory)}
+    trajectory = get_object_or_404(
+        Trajectory.objects.select_related("token", "approved_by"), pk=trajectory_id, queue=queue
+    )
+    context = {
+        "queue": queue,
+        "trajectory": trajectory,
+        "steps": steps_of(trajectory),
+        "feedback": trajectory.feedback.order_by("created_at", "pk"),
+        "captures": low_reward_captures_of(trajectory),
+    }
     return render(request, "trajectories/detail.html", context)
 
 
@@ -52,12 +65,17 @@ def trajectory_approval(request: HttpRequest, slug: str, trajectory_id: uuid.UUI
     if decision not in ("approve", "decline"):
         messages.error(request, "Choose Approve into memory or Decline.")
         return redirect("trajectories:detail", slug, trajectory_id)
+    seen = RunSeen(
+        step_ids=frozenset(int(pk) for pk in request.POST.getlist("seen_step") if pk.isdigit()),
+        feedback_ids=frozenset(request.POST.getlist("seen_feedback")),
+    )
     try:
         stored = rewards_approval_decide(
             queue=queue,
             trajectory_id=trajectory_id,
             reviewer=request.user,  # type: ignore[arg-type]  # review_check: logged in
             approve=decision == "approve",
+            seen=seen,
         )
     except ApprovalConflict as conflict:
         messages.error(request, str(conflict))

@@ -14,7 +14,7 @@ from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.feedback import feedback_record
 from icrlhf.trajectories.models import Trajectory
-from icrlhf.trajectories.rewards import ApprovalConflict, rewards_approval_decide
+from icrlhf.trajectories.rewards import ApprovalConflict, RunSeen, rewards_approval_decide
 from tests.conftest import GatewayProcess, wait_for
 from tests.factories import QueueFactory, UserFactory, agent_step, member_add
 from tests.gateway.test_endpoint import client_for
@@ -110,20 +110,32 @@ def test_with_approval_a_rewarded_run_waits_for_a_reviewer_then_reaches_memory_o
     assert not Example.objects.exists()  # nothing before a person approved
 
     stored = rewards_approval_decide(
-        queue=queue, trajectory_id=trajectory.pk, reviewer=reviewer, approve=True
+        queue=queue,
+        trajectory_id=trajectory.pk,
+        reviewer=reviewer,
+        approve=True,
+        seen=RunSeen.of(trajectory),
     )
     assert {(e.role, e.reward) for e in stored} == {("preferred", 0.9)} and len(stored) == 2
     trajectory.refresh_from_db()
     assert (trajectory.approval, trajectory.approved_by) == ("approved", reviewer)
     with pytest.raises(ApprovalConflict):  # decided once
         rewards_approval_decide(
-            queue=queue, trajectory_id=trajectory.pk, reviewer=reviewer, approve=False
+            queue=queue,
+            trajectory_id=trajectory.pk,
+            reviewer=reviewer,
+            approve=False,
+            seen=RunSeen.of(trajectory),
         )
 
     declined = _run(queue, "doubtful")
     _feedback(queue, "doubtful", reward=1.0)
     rewards_approval_decide(
-        queue=queue, trajectory_id=declined.pk, reviewer=reviewer, approve=False
+        queue=queue,
+        trajectory_id=declined.pk,
+        reviewer=reviewer,
+        approve=False,
+        seen=RunSeen.of(declined),
     )
     declined.refresh_from_db()
     assert declined.approval == "declined"
@@ -143,7 +155,11 @@ def test_the_approval_buttons_work_for_reviewers_and_curators_only(role: str) ->
     client.force_login(person)
     url = f"/q/{queue.slug}/trajectories/{trajectory.pk}/approval"
     page = client.get(f"/q/{queue.slug}/trajectories/{trajectory.pk}/")
-    response = client.post(url, {"decision": "approve"}, follow=True)
+    seen = {
+        "seen_step": [str(pk) for pk in trajectory.steps.values_list("pk", flat=True)],
+        "seen_feedback": [str(pk) for pk in trajectory.feedback.values_list("pk", flat=True)],
+    }
+    response = client.post(url, {"decision": "approve", **seen}, follow=True)
     if role in ("viewer", "stranger"):
         assert page.status_code in (403, 404) and response.status_code in (403, 404)
         assert not Example.objects.exists()
@@ -151,7 +167,7 @@ def test_the_approval_buttons_work_for_reviewers_and_curators_only(role: str) ->
     assert b"Approve into memory" in page.content
     assert b"Approved: 2 step(s) stored as memory." in response.content
     assert Example.objects.filter(queue=queue).count() == 2
-    again = client.post(url, {"decision": "decline"}, follow=True)
+    again = client.post(url, {"decision": "decline", **seen}, follow=True)
     assert b"not awaiting approval" in again.content
     assert b"Choose Approve" in client.post(url, {"decision": "maybe"}, follow=True).content
     # A GET changes nothing; CSRF is enforced on the form.
@@ -159,6 +175,65 @@ def test_the_approval_buttons_work_for_reviewers_and_curators_only(role: str) ->
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(person)
     assert strict.post(url, {"decision": "approve"}).status_code == 403
+
+
+@pytest.mark.django_db
+def test_a_pending_run_changes_nothing_and_approval_is_of_what_the_reviewer_saw() -> None:
+    """Under approval, five failing runs prompted with an example neither credit nor prune
+    it until a person approves; and a run that gained a step after the reviewer opened its
+    page is refused with a sentence, storing nothing."""
+    queue = QueueFactory(
+        reward_threshold=0.5,
+        rewards_need_approval=True,
+        prune_min_retrievals=5,
+        prune_max_utility=0.3,
+    )
+    reviewer = UserFactory()
+    member_add(queue, reviewer, "reviewer")
+    good = _run(queue, "good")
+    _feedback(queue, "good", reward=1.0)
+    rewards_approval_decide(
+        queue=queue, trajectory_id=good.pk, reviewer=reviewer, approve=True, seen=RunSeen.of(good)
+    )
+    lookup = Example.objects.get(step__trajectory=good, step__position=0)
+    failing = []
+    for number in range(5):
+        call = Call.objects.create(
+            queue=queue,
+            source="model",
+            memory="used",
+            request_text="x",
+            examples=[{"id": str(lookup.pk), "score": 0.9}],
+        )
+        failing.append(
+            agent_step(
+                queue,
+                [{"role": "user", "content": f"Order {number} broke."}],
+                key=f"later-{number}",
+                text="Sorry.",
+                call_id=call.pk,
+            ).trajectory
+        )
+        _feedback(queue, f"later-{number}", success=False)
+    lookup.refresh_from_db()
+    assert (lookup.times_retrieved, lookup.times_accepted) == (0, 0)
+    assert examples_prune(queue=queue) == 0
+    assert Trajectory.objects.filter(approval="pending").count() == 5
+
+    run = failing[0]
+    seen = RunSeen.of(run)
+    agent_step(queue, [{"role": "user", "content": "And one more thing."}], key="later-0")
+    with pytest.raises(ApprovalConflict, match="1 new step"):
+        rewards_approval_decide(
+            queue=queue, trajectory_id=run.pk, reviewer=reviewer, approve=True, seen=seen
+        )
+    assert not Example.objects.filter(step__trajectory=run).exists()
+    # Approved as now seen, the run's reward credits the example it was prompted with.
+    rewards_approval_decide(
+        queue=queue, trajectory_id=run.pk, reviewer=reviewer, approve=True, seen=RunSeen.of(run)
+    )
+    lookup.refresh_from_db()
+    assert (lookup.times_retrieved, lookup.times_accepted) == (1, 0)
 
 
 @pytest.mark.django_db

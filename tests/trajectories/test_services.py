@@ -3,14 +3,18 @@ an earlier call's conversation and answer."""
 
 import json
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.utils import timezone
 
+from icrlhf.gateway.models import Call
+from icrlhf.gateway.retention import calls_purge
+from icrlhf.ingest.services import token_create
 from icrlhf.queues.models import Queue
-from icrlhf.trajectories.models import Trajectory
-from icrlhf.trajectories.services import StepRecorded, step_record
+from icrlhf.trajectories.models import Feedback, Step, Trajectory
+from icrlhf.trajectories.services import RunOwner, StepRecorded, step_record
 from tests.factories import QueueFactory, agent_step
 
 pytestmark = pytest.mark.django_db
@@ -117,6 +121,7 @@ def test_a_redacted_answer_is_still_recognised_when_the_caller_sends_it_back() -
     said = "Write to ana@example.com."
     first = step_record(
         queue=queue,
+        owner=RunOwner(token_id=None),
         key="",
         messages=[GOAL],
         raw_messages=[GOAL],
@@ -133,28 +138,111 @@ def test_a_redacted_answer_is_still_recognised_when_the_caller_sends_it_back() -
     assert follow.trajectory == first.trajectory
 
 
-def test_the_call_logs_retention_blanks_what_runs_hold(settings: Any) -> None:
-    from datetime import timedelta
-
-    from icrlhf.gateway.retention import calls_purge
-    from icrlhf.trajectories.models import Feedback
-
+def test_retention_blanks_every_column_of_end_users_words_resumed_runs_too(
+    settings: Any,
+) -> None:
+    """Every column that holds what end users wrote or who they are (the README's Security
+    section lists them) is blank after the purge, for a run with a goal and for a resumed
+    run (its first call began mid-conversation: no goal)."""
     queue = QueueFactory()
-    recorded = _record(queue, [SYSTEM, GOAL], tool_calls=[LOOKUP], key="old")
-    Feedback.objects.create(
-        queue=queue, trajectory=recorded.trajectory, key="k", reward=1, comment="Ana's order"
-    )
+    record, _ = token_create(queue=queue, name="agent")
+    said = "Card 4111 1111 1111 1111, mail ana@example.com"
+    refund = {**LOOKUP, "function": {"name": "refund", "arguments": json.dumps({"note": said})}}
+    runs = [
+        agent_step(
+            queue,
+            [SYSTEM, {"role": "user", "content": said}],
+            key="ana-run-1",
+            text=said,
+            token=record,
+            end_user="ana-42",
+            call_id=None,
+        ),
+        # Resumed: the first message it sees is a tool result, so no goal is recorded.
+        agent_step(
+            queue,
+            [{"role": "tool", "tool_call_id": "x", "content": said}],
+            tool_calls=[refund],
+            token=record,
+            end_user="ana-42",
+        ),
+    ]
+    for number, recorded in enumerate(runs):
+        call = Call.objects.create(
+            queue=queue,
+            token=record,
+            source="model",
+            memory="used",
+            request_text=said,
+            context=[{"role": "user", "content": said}],
+            answer_text=said,
+            tool_calls=[refund],
+            options={"user": "ana-42", "tools": [{"type": "function"}]},
+            error=said,
+            request_hash="a" * 64,
+        )
+        Step.objects.filter(pk=recorded.step.pk).update(call=call)
+        Feedback.objects.create(
+            queue=queue,
+            trajectory=recorded.trajectory,
+            token=record,
+            key=f"ana-fb-{number}",
+            reward=1,
+            comment=said,
+            corrected_action={"content": said},
+        )
     settings.CALL_RETENTION_DAYS = 30
     calls_purge(now=timezone.now() + timedelta(days=31))
-    trajectory = Trajectory.objects.get()
-    step = trajectory.steps.get()
-    assert (trajectory.goal, step.decision_point, step.observation, step.tool_calls) == (
-        "",
-        "",
-        [],
-        [],
+    left = json.dumps(
+        [
+            list(Trajectory.objects.values("goal", "key", "end_user")),
+            list(Step.objects.values("observation", "decision_point", "action_text", "tool_calls")),
+            list(Feedback.objects.values("comment", "corrected_action", "key")),
+            list(
+                Call.objects.values(
+                    "request_text",
+                    "context",
+                    "answer_text",
+                    "tool_calls",
+                    "options",
+                    "error",
+                    "request_hash",
+                )
+            ),
+        ]
     )
-    assert Feedback.objects.get().comment == "" and trajectory.step_count == 1
+    for personal in ("4111", "ana@example.com", "ana-42", "ana-run-1", "ana-fb", "a" * 64):
+        assert personal not in left, (personal, left)
+    assert Trajectory.objects.filter(purged_at__isnull=False).count() == 2
+    assert sorted(Trajectory.objects.values_list("step_count", flat=True)) == [1, 1]
+    assert Feedback.objects.filter(reward=1).count() == 2  # figures stay
+
+
+def test_a_run_belongs_to_its_token_and_end_user_however_alike_the_calls() -> None:
+    """The live probe: token A asks, token B sends A's question and A's answer back with its
+    own words. B's call begins a run of B's, never joins A's; the same for two end users of
+    one token; and a key names a run among its owner's runs only."""
+    queue = QueueFactory()
+    alice, _ = token_create(queue=queue, name="app A")
+    bob, _ = token_create(queue=queue, name="app B")
+    asked = {"role": "user", "content": "My card is blocked."}
+    answer = "I have unblocked it."
+    first = agent_step(queue, [asked], text=answer, token=alice)
+    again = [asked, {"role": "assistant", "content": answer}, {"role": "user", "content": "Me?"}]
+    other_token = agent_step(queue, again, text="Yes.", token=bob)
+    assert other_token.trajectory != first.trajectory
+    assert other_token.trajectory.token == bob
+    other_user = agent_step(queue, again, text="Yes.", token=alice, end_user="someone-else")
+    assert other_user.trajectory not in (first.trajectory, other_token.trajectory)
+    same_owner = agent_step(queue, again, text="Yes.", token=alice)
+    assert same_owner.trajectory == first.trajectory
+    # One key, three owners: three runs.
+    named = [
+        agent_step(queue, [asked], key="probe-run-42", token=owner, end_user=user).trajectory
+        for owner, user in ((alice, ""), (bob, ""), (alice, "u2"))
+    ]
+    assert len({run.pk for run in named}) == 3
+    assert agent_step(queue, [asked], key="probe-run-42", token=bob).trajectory == named[1]
 
 
 def test_a_new_run_without_an_id_is_created_with_its_first_step_counted(
