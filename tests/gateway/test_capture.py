@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 from django.utils import timezone
 
 from icrlhf.gateway import capture, services
@@ -22,9 +22,12 @@ from icrlhf.generation.models import Candidate
 from icrlhf.ingest.services import token_create
 from icrlhf.queues.models import Item
 from icrlhf.trajectories.feedback import feedback_record
+from icrlhf.trajectories.selectors import LowRewardCaptures, low_reward_captures_of
 from tests.conftest import LLMAnswer, wait_for
 from tests.factories import (
     QueueFactory,
+    UserFactory,
+    member_add,
     stored_example,
 )
 
@@ -368,3 +371,78 @@ def test_a_captured_calls_personal_data_is_redacted_before_it_is_stored(
     assert call_of(ask(client, text)).request_text == text  # not captured: as sent
     settings.REDACTION = "all"
     assert "[email]" in call_of(ask(client, text)).request_text
+
+
+def test_captures_from_a_low_reward_are_capped_per_run_and_wait_for_approval(
+    llm_answer: LLMAnswer, settings: Any
+) -> None:
+    """A failed run of five calls sends its earliest steps to review up to the queue's cap,
+    within the token's item limit, and its page says the cap cut some; a run awaiting a
+    reviewer's approval sends none; and what was logged raw is redacted on its way in."""
+    llm_answer("Write to help@example.com.")
+    client, queue = app_for(
+        capture_percent=0,
+        reward_threshold=0.5,
+        capture_low_reward=True,
+        low_reward_captures_per_run=2,
+    )
+    turns = [
+        f"Card 4111 1111 1111 1111 fails, try {n}, mail me at ana@example.com" for n in range(5)
+    ]
+    calls = run_through(client, "run-long", turns)
+    assert "ana@example.com" in Call.objects.get(pk=calls[0].pk).request_text  # logged raw
+    feedback_record(
+        queue=queue, token=None, call_id=None, trajectory_ref="run-long", reward=0.0, success=None
+    )
+    gateway_tasks.captures_sweep()
+    captured = list(Call.objects.filter(queue=queue, item__isnull=False).order_by("created_at"))
+    assert [c.pk for c in captured] == [calls[0].pk, calls[1].pk]
+    for call in captured:
+        stored = json.dumps(
+            [call.request_text, call.context, call.answer_text, call.item.input_text]
+        )
+        assert "ana@example.com" not in stored and "4111 1111" not in stored, stored
+        assert "help@example.com" not in stored and "[email]" in stored
+    gateway_tasks.captures_sweep()  # again: the cap holds
+    assert Call.objects.filter(queue=queue, item__isnull=False).count() == 2
+    reviewer = UserFactory()
+    member_add(queue, reviewer, "reviewer")
+    page = Client()
+    page.force_login(reviewer)
+    run = captured[0].step.trajectory
+    assert low_reward_captures_of(run) == LowRewardCaptures(low=5, sent=2, cap=2)
+    with override_settings(ROOT_URLCONF="icrlhf.urls"):  # the web app's page
+        shown = page.get(f"/q/{queue.slug}/trajectories/{run.pk}/")
+    assert "2 of this run’s 5 steps rewarded below the bar went to review" in shown.content.decode()
+
+    # Awaiting approval: nothing is captured until a reviewer approves.
+    queue.rewards_need_approval = True
+    queue.save()
+    pending = run_through(client, "run-pending", ["My card was swallowed."])
+    feedback_record(
+        queue=queue,
+        token=None,
+        call_id=None,
+        trajectory_ref="run-pending",
+        reward=0.0,
+        success=None,
+    )
+    gateway_tasks.captures_sweep()
+    assert Call.objects.get(pk=pending[0].pk).capture == Call.Capture.NONE
+
+    # Over the token's item limit, a capture waits for the next minute's sweep.
+    queue.rewards_need_approval = False
+    queue.save()
+    settings.TICKETS_PER_MINUTE_PER_TOKEN = 0
+    limited = run_through(client, "run-limited", ["My card is bent."])
+    feedback_record(
+        queue=queue,
+        token=None,
+        call_id=None,
+        trajectory_ref="run-limited",
+        reward=0.0,
+        success=None,
+    )
+    gateway_tasks.captures_sweep()
+    waiting = Call.objects.get(pk=limited[0].pk)
+    assert (waiting.capture, waiting.item) == (Call.Capture.LOW_REWARD, None)

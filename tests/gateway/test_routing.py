@@ -21,6 +21,7 @@ RULES = {
     "auto_apply_threshold": "",
     "audit_percent": "10",
     "blind_percent": "0",
+    "low_reward_captures_per_run": "3",
 }
 
 
