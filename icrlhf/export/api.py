@@ -52,15 +52,17 @@ def preferences_export(
     description="canonical: every run with its steps, rewards and feedback; openai: OpenAI's "
     "chat fine-tuning format with tools, one line per run that succeeded; trl: TRL's "
     "conversational format with tools, the same runs; pairs: a step's corrected action over "
-    "the one taken, in TRL's preference format.",
+    "the one taken, in TRL's preference format. anonymize: the run's key is null and its "
+    "text (goal, messages, tool calls and results, feedback) passes redaction.",
     response={200: None, 422: ErrorOut},
 )
 def trajectories_export(
     request: HttpRequest,
     format: Literal["canonical", "openai", "trl", "pairs"] = "canonical",  # noqa: A002
     outcome: Literal["", "succeeded", "failed", "open"] = "",
+    anonymize: bool = False,
 ) -> HttpResponseBase:
     token = token_of(request)
-    filters = TrajectoryFilters(queue=token.queue, outcome=outcome)
+    filters = TrajectoryFilters(queue=token.queue, outcome=outcome, anonymize=anonymize)
     lines = trajectory_export_lines(fmt=format, filters=filters, consumer=f"token:{token.pk}")
     return StreamingHttpResponse(lines, content_type="application/x-ndjson")

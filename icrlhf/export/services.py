@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+from icrlhf.export import anonymity
 from icrlhf.export.formats import FORMATS, SCHEMA_VERSION, Record, derive
 from icrlhf.export.models import ExportRun
 from icrlhf.generation.models import Candidate, Generation
@@ -230,7 +231,7 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
                 "final_text": row["final_text"],
                 "final_fields": row["final_fields"],
                 "final_tool_calls": row["final_tool_calls"],
-                "reviewer": None if anonymize else row["reviewer__username"],
+                "reviewer": anonymity.identity(row["reviewer__username"], anonymize=anonymize),
                 "reason_tags": row["reason_tags"],
                 "comment": row["comment"],
                 # The reviewer's optional 1-5 ratings, by candidate id.

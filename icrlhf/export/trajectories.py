@@ -12,6 +12,11 @@ is computed from the canonical record alone:
 - pairs:  {"prompt": [...], "chosen": [...], "rejected": [...], "tools": [...]}  a step's
           corrected action (the application's feedback) over the action the agent took, in
           TRL's conversational preference format.
+
+Anonymised (icrlhf.export.anonymity, as the decisions' export): the run's key, the
+application's id for it, is null, and the run's text — goal, messages, actions, tool calls and
+their results, feedback's comments and corrected actions — passes redaction. Who approved the
+run and which token posted its feedback are never exported.
 """
 
 import json
@@ -23,6 +28,7 @@ from typing import Any
 
 from django.db.models import Q, QuerySet
 
+from icrlhf.export import anonymity
 from icrlhf.export.formats import SCHEMA_VERSION, Record
 from icrlhf.export.models import ExportRun
 from icrlhf.queues.models import Queue
@@ -40,6 +46,7 @@ class TrajectoryFilters:
     # The queues the person exporting may export; None for all (admins, the command line).
     allowed_queue_ids: frozenset[int] | None = None
     outcome: str = ""  # "succeeded", "failed", "open", or "" for any
+    anonymize: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -48,6 +55,7 @@ class TrajectoryFilters:
                 None if self.allowed_queue_ids is None else sorted(self.allowed_queue_ids)
             ),
             "outcome": self.outcome,
+            "anonymize": self.anonymize,
         }
 
 
@@ -81,7 +89,9 @@ def _iso(value: datetime) -> str:
     return value.isoformat()
 
 
-def canonical_trajectories(trajectories: QuerySet[Trajectory]) -> Iterator[Record]:
+def canonical_trajectories(
+    trajectories: QuerySet[Trajectory], *, anonymize: bool
+) -> Iterator[Record]:
     for rows in _chunks(trajectories):
         ids = [t.pk for t in rows]
         steps: dict[Any, list[Step]] = defaultdict(list)
@@ -99,10 +109,14 @@ def canonical_trajectories(trajectories: QuerySet[Trajectory]) -> Iterator[Recor
         ):
             feedback[each.trajectory_id].append(each)
         for trajectory in rows:
-            yield _canonical(trajectory, steps[trajectory.pk], feedback[trajectory.pk])
+            yield _canonical(
+                trajectory, steps[trajectory.pk], feedback[trajectory.pk], anonymize=anonymize
+            )
 
 
-def _canonical(trajectory: Trajectory, steps: list[Step], feedback: list[Feedback]) -> Record:
+def _canonical(
+    trajectory: Trajectory, steps: list[Step], feedback: list[Feedback], *, anonymize: bool
+) -> Record:
     calls = [s.call for s in steps if s.call is not None]
     latest = calls[-1] if calls else None
     # Every tool the run's calls offered (a run may change them; the latest definition of a
@@ -118,14 +132,14 @@ def _canonical(trajectory: Trajectory, steps: list[Step], feedback: list[Feedbac
         "schema_version": SCHEMA_VERSION,
         "trajectory_id": str(trajectory.pk),
         "queue": {"slug": trajectory.queue.slug, "name": trajectory.queue.name},
-        "key": trajectory.key,
+        "key": anonymity.identity(trajectory.key, anonymize=anonymize),
         "grouping": trajectory.grouping,
-        "goal": trajectory.goal,
+        "goal": anonymity.text(trajectory.goal, anonymize=anonymize),
         "outcome": trajectory.outcome or None,
         "reward": trajectory.reward,
         "created_at": _iso(trajectory.created_at),
         "last_step_at": _iso(trajectory.last_step_at),
-        "system": system,
+        "system": anonymity.messages(system, anonymize=anonymize),
         "tools": tools,
         "steps": [
             {
@@ -133,9 +147,12 @@ def _canonical(trajectory: Trajectory, steps: list[Step], feedback: list[Feedbac
                 "created_at": _iso(step.created_at),
                 "call_id": str(step.call_id) if step.call_id else None,
                 "model": step.call.model if step.call is not None else None,
-                "observation": step.observation,
-                "decision_point": step.decision_point,
-                "action": {"content": step.action_text or None, "tool_calls": step.tool_calls},
+                "observation": anonymity.messages(step.observation, anonymize=anonymize),
+                "decision_point": anonymity.text(step.decision_point, anonymize=anonymize),
+                "action": {
+                    "content": anonymity.text(step.action_text, anonymize=anonymize) or None,
+                    "tool_calls": anonymity.tool_calls(step.tool_calls, anonymize=anonymize),
+                },
                 "reward": step.reward,
             }
             for step in steps
@@ -146,8 +163,10 @@ def _canonical(trajectory: Trajectory, steps: list[Step], feedback: list[Feedbac
                 "step_position": each.step.position if each.step is not None else None,
                 "reward": each.reward,
                 "success": each.success,
-                "comment": each.comment,
-                "corrected_action": each.corrected_action or None,
+                "comment": anonymity.text(each.comment, anonymize=anonymize),
+                "corrected_action": (
+                    anonymity.action(each.corrected_action, anonymize=anonymize) or None
+                ),
                 "created_at": _iso(each.created_at),
             }
             for each in feedback
@@ -301,7 +320,8 @@ def trajectory_export_lines(
     if fmt not in TRAJECTORY_FORMATS:
         raise ValueError(f"Unknown format {fmt!r}; choose one of {', '.join(TRAJECTORY_FORMATS)}.")
     count = 0
-    for record in canonical_trajectories(trajectories_filtered(filters)):
+    found = trajectories_filtered(filters)
+    for record in canonical_trajectories(found, anonymize=filters.anonymize):
         for line in trajectory_derive(record, fmt):
             count += 1
             yield json.dumps(line, ensure_ascii=False) + "\n"

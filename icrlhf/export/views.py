@@ -61,6 +61,9 @@ class TrajectoryExportForm(forms.Form):
             ("open", "Not known"),
         ],
     )
+    anonymize = forms.BooleanField(
+        required=False, label="Drop the runs' keys and redact personal data"
+    )
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -151,6 +154,7 @@ def trajectory_export_page(request: HttpRequest) -> HttpResponseBase:
         queue=data["queue"],
         allowed_queue_ids=_allowed_queue_ids(request.user),
         outcome=data["outcome"],
+        anonymize=data["anonymize"],
     )
     lines = trajectory_export_lines(
         fmt=data["format"], filters=filters, consumer=_consumer(request)

@@ -79,32 +79,30 @@ def _target(
     return found, None
 
 
-def _differences(
-    earlier: Feedback,
-    *,
-    trajectory: Trajectory,
-    step: Step | None,
-    reward: float | None,
-    success: bool | None,
-    comment: str,
-    corrected: dict[str, Any],
-) -> list[str]:
-    """The fields in which a retry under an earlier key differs from the first body."""
-    now = {
-        "target": (trajectory.pk, step.pk if step else None),
-        "reward": reward,
-        "success": success,
-        "comment": comment,
-        "corrected_action": corrected,
-    }
-    then = {
-        "target": (earlier.trajectory_id, earlier.step_id),
-        "reward": earlier.reward,
-        "success": earlier.success,
-        "comment": earlier.comment,
-        "corrected_action": earlier.corrected_action,
-    }
-    return [name for name in now if now[name] != then[name]]
+@dataclass(frozen=True)
+class _Body:
+    """What a feedback says, as it is stored: a retry under its key must say the same."""
+
+    trajectory: Trajectory
+    step: Step | None
+    reward: float | None
+    success: bool | None
+    comment: str
+    corrected: dict[str, Any]
+
+    def differences(self, earlier: Feedback) -> list[str]:
+        """The fields in which this body differs from the feedback first posted."""
+        pairs = {
+            "target": (
+                (self.trajectory.pk, self.step.pk if self.step else None),
+                (earlier.trajectory_id, earlier.step_id),
+            ),
+            "reward": (self.reward, earlier.reward),
+            "success": (self.success, earlier.success),
+            "comment": (self.comment, earlier.comment),
+            "corrected_action": (self.corrected, earlier.corrected_action),
+        }
+        return [name for name, (now, then) in pairs.items() if now != then]
 
 
 def feedback_record(
@@ -135,23 +133,24 @@ def feedback_record(
         content = [str(trajectory.pk), step.pk if step else None, reward, success, comment]
         digest = json.dumps([*content, corrected], sort_keys=True, default=str)
         key = "auto:" + hashlib.sha256(digest.encode()).hexdigest()
-    body = {
-        "trajectory": trajectory,
-        "step": step,
-        "reward": reward,
-        "success": success,
-        "comment": comment,
-        "corrected": corrected,
-    }
+    body = _Body(
+        trajectory=trajectory,
+        step=step,
+        reward=reward,
+        success=success,
+        comment=comment,
+        corrected=corrected,
+    )
     earlier = Feedback.objects.filter(queue=queue, token=token, key=key).first()
     if earlier is None:
         try:
             return FeedbackRecorded(
-                feedback=_feedback_create(queue=queue, token=token, key=key, **body), created=True
+                feedback=_feedback_create(queue=queue, token=token, key=key, body=body),
+                created=True,
             )
         except IntegrityError:  # the same key posted twice at once: the first one stands
             earlier = Feedback.objects.get(queue=queue, token=token, key=key)
-    if differences := _differences(earlier, **body):
+    if differences := body.differences(earlier):
         raise FeedbackKeyConflict(
             f"The key “{key}” was used for other feedback (its {', '.join(differences)} "
             "differed); use a new key for new feedback."
@@ -165,13 +164,9 @@ def _feedback_create(
     queue: Queue,
     token: IntegrationToken | None,
     key: str,
-    trajectory: Trajectory,
-    step: Step | None,
-    reward: float | None,
-    success: bool | None,
-    comment: str,
-    corrected: dict[str, Any],
+    body: _Body,
 ) -> Feedback:
+    trajectory, step, reward, success = body.trajectory, body.step, body.reward, body.success
     feedback = Feedback.objects.create(
         queue=queue,
         trajectory=trajectory,
@@ -179,8 +174,8 @@ def _feedback_create(
         key=key,
         reward=reward,
         success=success,
-        comment=comment,
-        corrected_action=corrected,
+        comment=body.comment,
+        corrected_action=body.corrected,
         token=token,
     )
     if step is not None and reward is not None:

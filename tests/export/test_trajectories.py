@@ -1,9 +1,11 @@
 """Agent runs exported as training data: the canonical record, OpenAI's fine-tuning format
 (checked with the `openai` package's types and OpenAI's rules), TRL's conversational format
 with tools (loaded by Hugging Face `datasets`, the loader TRL's trainers take), step
-preference pairs; and each exporter gets only the queues they may export."""
+preference pairs; each exporter gets only the queues they may export; and an anonymised
+export holds no one's identity and no end user's personal data."""
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,19 +13,22 @@ import datasets
 import pytest
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
 from icrlhf.export.models import ExportRun
 from icrlhf.export.trajectories import (
+    TRAJECTORY_FORMATS,
     TrajectoryFilters,
     canonical_trajectories,
     trajectories_filtered,
     trajectory_derive,
+    trajectory_export_lines,
 )
 from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.feedback import feedback_record
-from icrlhf.trajectories.models import Trajectory
+from icrlhf.trajectories.models import Feedback, Step, Trajectory
 from tests.factories import QueueFactory, UserFactory, agent_step, member_add
 from tests.support.openai_finetune import finetune_line_problems
 
@@ -114,7 +119,8 @@ def agent_run(queue: Queue, order: str, *, success: bool | None = True) -> Traje
 
 
 def lines(fmt: str, **filters: Any) -> list[dict[str, Any]]:
-    records = canonical_trajectories(trajectories_filtered(TrajectoryFilters(**filters)))
+    chosen = TrajectoryFilters(**filters)
+    records = canonical_trajectories(trajectories_filtered(chosen), anonymize=chosen.anonymize)
     return [line for record in records for line in trajectory_derive(record, fmt)]
 
 
@@ -288,3 +294,217 @@ def test_the_tools_are_every_tool_the_runs_calls_offered() -> None:
     [line] = lines("openai")
     assert line["tools"] == [LOOKUP_TOOL, REFUND_TOOL]
     assert finetune_line_problems(line) == []
+
+
+EMAIL, CARD, KEY = "jane.doe@example.com", "4111 1111 1111 1111", "user-jane-42"
+
+
+@dataclass
+class PersonalRun:
+    trajectory: Trajectory
+    # Who approved it, the token its calls and feedback came through, the calls' end user.
+    identities: list[str]
+
+
+def personal_run(queue: Queue) -> PersonalRun:
+    """A run named by the application after its end user, whose every text holds her e-mail
+    address and card number (the goal, the system message, tool calls' arguments and results,
+    the final answer, the feedback's comment and corrected action), its calls and feedback
+    through a token, approved by a reviewer."""
+    contact = {"email": EMAIL, "card": CARD}
+    system = {"role": "system", "content": f"You are the support desk. The customer: {EMAIL}."}
+    goal = {
+        "role": "user",
+        "name": "jane_doe",
+        "content": f"I am {EMAIL}; order 4821 arrived broken, refund my card {CARD}.",
+    }
+    lookup = _call("lookup_order", "call_1", {"order_id": "4821", **contact})
+    # As models often write arguments: compact JSON.
+    refund = _call("refund", "call_2", {})
+    refund["function"]["arguments"] = json.dumps(
+        {"order_id": "4821", "amount": 20, **contact}, separators=(",", ":")
+    )
+    looked = {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(contact)}
+    refunded = {"role": "tool", "tool_call_id": "call_2", "content": '{"ok":true}'}
+    token, plain = token_create(queue=queue, name="Jane's helpdesk")
+    end_user = "end-user-jane"  # the calls' `user`
+    first = [goal, {"role": "assistant", "tool_calls": [lookup]}, looked]
+    turns: list[tuple[list[dict[str, Any]], str, list[dict[str, Any]]]] = [
+        ([goal], "", [lookup]),
+        (first, "", [refund]),
+        (
+            [*first, {"role": "assistant", "tool_calls": [refund]}, refunded],
+            f"Refunded 20 EUR to {CARD}; the receipt went to {EMAIL}.",
+            [],
+        ),
+    ]
+    for messages, text, calls in turns:
+        call = Call.objects.create(
+            queue=queue,
+            token=token,
+            source="model",
+            memory="empty",
+            request_text=str(messages[-1]["content"] or ""),
+            context=[system, *messages],
+            options={"tools": [LOOKUP_TOOL, REFUND_TOOL], "user": end_user},
+            answer_text=text,
+            tool_calls=calls,
+        )
+        recorded = agent_step(
+            queue, [system, *messages], key=KEY, text=text, tool_calls=calls, call_id=call.pk
+        )
+    run = recorded.trajectory
+    feedback_record(
+        queue=queue,
+        token=None,
+        call_id=None,
+        trajectory_ref=KEY,
+        reward=1.0,
+        success=True,
+        comment=f"Jane ({EMAIL}) confirmed the refund to {CARD}.",
+    )
+    feedback_record(
+        queue=queue,
+        token=None,
+        call_id=run.steps.get(position=1).call_id,
+        trajectory_ref=None,
+        reward=0.0,
+        success=None,
+        comment="Escalate first.",
+        corrected_action={
+            "tool_calls": [_call("escalate", "fix_1", {"order_id": "4821", **contact})]
+        },
+    )
+    Feedback.objects.filter(trajectory=run).update(token=token)  # posted through the token
+    approver = UserFactory(username="approver-ann", email="ann@example.org")
+    Trajectory.objects.filter(pk=run.pk).update(
+        approval=Trajectory.Approval.APPROVED, approved_by=approver, approved_at=timezone.now()
+    )
+    identities = [approver.username, approver.email, token.name, token.prefix, plain, end_user]
+    return PersonalRun(trajectory=run, identities=identities)
+
+
+def exported(**filters: Any) -> dict[str, list[dict[str, Any]]]:
+    """Every format's lines, as the download writes them."""
+    return {
+        fmt: [
+            json.loads(line)
+            for line in trajectory_export_lines(
+                fmt=fmt, filters=TrajectoryFilters(**filters), consumer="tests"
+            )
+        ]
+        for fmt in TRAJECTORY_FORMATS
+    }
+
+
+def the_bytes(by_format: dict[str, list[dict[str, Any]]]) -> bytes:
+    return "".join(
+        json.dumps(line, ensure_ascii=False) + "\n"
+        for lines in by_format.values()
+        for line in lines
+    ).encode()
+
+
+def personal_data_in(content: bytes, run: PersonalRun) -> list[str]:
+    found = [EMAIL, CARD, CARD.replace(" ", ""), KEY, "jane_doe", *run.identities]
+    return [text for text in found if text.encode() in content]
+
+
+def test_an_anonymised_run_holds_no_identity_and_no_personal_data() -> None:
+    run = personal_run(QueueFactory())
+    anonymised = exported(anonymize=True)
+    # Every format has a line to look into: canonical, a run that succeeded, a corrected step.
+    assert {fmt: len(lines) for fmt, lines in anonymised.items()} == dict.fromkeys(
+        TRAJECTORY_FORMATS, 1
+    )
+    content = the_bytes(anonymised)
+    assert personal_data_in(content, run) == []
+    assert b"[email]" in content and b"[card number]" in content
+    [record] = anonymised["canonical"]
+    assert record["key"] is None and record["trajectory_id"] == str(run.trajectory.pk)
+    assert (
+        record["goal"] == "I am [email]; order 4821 arrived broken, refund my card [card number]."
+    )
+    # Still training data: OpenAI takes the line, the arguments are still JSON objects.
+    assert finetune_line_problems(anonymised["openai"][0]) == []
+    [trl] = anonymised["trl"]
+    assert trl["messages"][4]["tool_calls"][0]["function"]["arguments"] == {
+        "order_id": "4821",
+        "amount": 20,
+        "email": "[email]",
+        "card": "[card number]",
+    }
+    [pair] = anonymised["pairs"]
+    assert pair["chosen"][0]["tool_calls"][0]["function"]["arguments"]["email"] == "[email]"
+    assert ExportRun.objects.filter(filters__anonymize=True).count() == len(TRAJECTORY_FORMATS)
+
+
+def test_not_anonymised_the_run_is_exported_as_stored_under_the_redaction_mode(
+    settings: Any,
+) -> None:
+    run = personal_run(QueueFactory())
+    # REDACTION=captured (the default) or all: end users' words leave redacted; identities
+    # stay (the run's key, a user's name) until anonymised.
+    assert personal_data_in(the_bytes(exported()), run) == [KEY, "jane_doe"]
+    settings.REDACTION = "off"
+    plain = exported()
+    assert personal_data_in(the_bytes(plain), run) == [
+        EMAIL,
+        CARD,
+        KEY,
+        "jane_doe",
+    ]  # who approved it, the token and the calls' `user` were never exported
+    [record] = plain["canonical"]
+    trajectory = run.trajectory
+    assert (record["key"], record["goal"]) == (KEY, trajectory.goal)
+    steps = list(trajectory.steps.order_by("position"))
+    assert [s["observation"] for s in record["steps"]] == [s.observation for s in steps]
+    assert [s["action"]["tool_calls"] for s in record["steps"]] == [s.tool_calls for s in steps]
+    assert record["steps"][2]["action"]["content"] == steps[2].action_text
+    stored = {str(f.pk): f for f in trajectory.feedback.all()}
+    for each in record["feedback"]:
+        assert each["comment"] == stored[each["id"]].comment
+        assert each["corrected_action"] == (stored[each["id"]].corrected_action or None)
+
+
+def test_the_command_the_download_and_the_api_each_anonymise(tmp_path: Path) -> None:
+    queue = QueueFactory()
+    run = personal_run(queue)
+    out = tmp_path / "runs.jsonl"
+    call_command("export_trajectories", "--anonymize", "--out", str(out))
+    assert personal_data_in(out.read_bytes(), run) == []
+    call_command("export_trajectories", "--out", str(out))
+    assert KEY.encode() in out.read_bytes()
+
+    curator = UserFactory()
+    member_add(queue, curator, "curator")
+    client = Client()
+    client.force_login(curator)
+    page = client.get("/export/trajectories/")
+    assert b'name="anonymize"' in page.content
+    form = {"format": "canonical", "queue": queue.pk, "outcome": ""}
+    for chosen, anonymised in ((form, False), ({**form, "anonymize": "on"}, True)):
+        response = client.post("/export/trajectories/", chosen)
+        content = b"".join(response.streaming_content)  # type: ignore[attr-defined]
+        assert (personal_data_in(content, run) == []) is anonymised
+
+    _, token = token_create(queue=queue, name="trainer", scopes=["export"])
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    for query, anonymised in (("", False), ("&anonymize=true", True)):
+        response = client.get(f"/api/v1/exports/trajectories?format=pairs{query}", **auth)
+        content = b"".join(response.streaming_content)  # type: ignore[attr-defined]
+        assert (personal_data_in(content, run) == []) is anonymised
+
+
+def test_an_address_in_a_compact_tool_result_is_redacted_from_the_decision_point() -> None:
+    queue = QueueFactory()
+    lookup = _call("lookup_order", "call_1", {"order_id": "4821"})
+    result = json.dumps({"customer": EMAIL}, separators=(",", ":"))
+    goal = {"role": "user", "content": "Order 4821 arrived broken."}
+    looked = {"role": "tool", "tool_call_id": "call_1", "content": result}
+    agent_step(queue, [goal], key=KEY, tool_calls=[lookup])
+    messages = [goal, {"role": "assistant", "tool_calls": [lookup]}, looked]
+    step = agent_step(queue, messages, key=KEY, text="Refunding.").step
+    # The gateway's decision point after a tool result: the goal, then the result.
+    Step.objects.filter(pk=step.pk).update(decision_point=f"{goal['content']}\n\n{result}")
+    assert EMAIL.encode() not in the_bytes(exported(anonymize=True))

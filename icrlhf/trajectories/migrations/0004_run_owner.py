@@ -2,10 +2,12 @@
 
 import django.db.models.deletion
 from django.conf import settings
+from typing import Any
+
 from django.db import migrations, models
 
 
-def owners_from_calls(apps, schema_editor):
+def owners_from_calls(apps: Any, schema_editor: Any) -> None:
     """Runs made before ownership belong to the token (and end user) of their first call."""
     Trajectory = apps.get_model("trajectories", "Trajectory")
     Step = apps.get_model("trajectories", "Step")

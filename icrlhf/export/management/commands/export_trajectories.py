@@ -18,9 +18,16 @@ class Command(BaseCommand):
         parser.add_argument("--out", default="-", help="A file, or - for standard output.")
         parser.add_argument("--queue", help="A queue's slug.")
         parser.add_argument("--outcome", default="", choices=["", "succeeded", "failed", "open"])
+        parser.add_argument(
+            "--anonymize",
+            action="store_true",
+            help="Drop the runs' keys and redact personal data from their text.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         queue = queue_named(options["queue"])
-        filters = TrajectoryFilters(queue=queue, outcome=options["outcome"])
+        filters = TrajectoryFilters(
+            queue=queue, outcome=options["outcome"], anonymize=options["anonymize"]
+        )
         lines = trajectory_export_lines(fmt=options["format"], filters=filters, consumer="command")
         lines_write(lines, options["out"], self.stderr)
