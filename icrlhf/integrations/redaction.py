@@ -25,8 +25,9 @@ EMAIL, PHONE, CARD, IBAN = "[email]", "[phone]", "[card number]", "[IBAN]"
 _CARD_CANDIDATE = re.compile(r"\b\d(?:[ -]?\d){12,18}\b")
 _IBAN_CANDIDATE = re.compile(r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b", re.IGNORECASE)
 # An address candidate ends at spaces and at the characters that surround one in text and in
-# JSON (`{"to":"ana@example.com"}`, `mail:ana@example.com`); the validator then decides.
-_TOKEN = re.compile(r"[^\s\"'<>()\[\]{},;:]+@[^\s\"'<>()\[\]{},;:]+")
+# JSON, escaped JSON too (`{"to":"ana@example.com"}`, `\\"ana@example.com\\"`,
+# `mail:ana@example.com`); the validator then decides.
+_TOKEN = re.compile(r"[^\s\"'\\<>()\[\]{},;:]+@[^\s\"'\\<>()\[\]{},;:]+")
 _EDGE_PUNCTUATION = "<>()[]{}\"'.,;:!?"
 
 
