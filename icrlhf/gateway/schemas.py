@@ -3,11 +3,14 @@
 Tools, tool calls and tool results, structured output and the sampling fields pass through
 to the upstream as OpenAI defines them. Unknown fields are ignored, as OpenAI-compatible
 servers do, except those that would change what an answer is (several choices, images, audio,
-the legacy `functions`): those are refused with the field named, not silently dropped."""
+the legacy `functions`): those are refused with the field named, not silently dropped. So is
+text the call log cannot store (NUL, lone surrogates), wherever in the body it is."""
 
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from icrlhf.integrations.text_checks import refuse_unstorable_text
 
 
 class TextPart(BaseModel):
@@ -65,16 +68,6 @@ class Message(BaseModel):
         if self.name and self.role in ("user", "assistant", "tool"):
             message["name"] = self.name
         return message
-
-    @field_validator("content")
-    @classmethod
-    def _no_nul(cls, content: str | list[TextPart] | None) -> str | list[TextPart] | None:
-        parts = content if isinstance(content, list) else [content]
-        if any(
-            "\x00" in (part.text if isinstance(part, TextPart) else part or "") for part in parts
-        ):
-            raise ValueError("text must not contain NUL (0x00) characters")
-        return content
 
     @property
     def text(self) -> str:
@@ -146,15 +139,18 @@ class ChatRequest(BaseModel):
     functions: None = Field(default=None, description="Send `tools` instead.")
     audio: None = Field(default=None, description="Audio output is not supported.")
 
+    # Every string in the body, keys and ignored fields too: the call log keeps much of it
+    # (`user`, tools' schemas, tool calls' arguments, …) and is written after the answer, so
+    # text it cannot store would leave a call served and unlogged.
+    _storable = model_validator(mode="wrap")(refuse_unstorable_text)
+
     @field_validator("metadata")
     @classmethod
     def _metadata_plain(cls, metadata: dict[str, str] | None) -> dict[str, str] | None:
-        """OpenAI's limits: 16 keys of up to 64 characters, values of up to 512; no NUL."""
+        """OpenAI's limits: 16 keys of up to 64 characters, values of up to 512."""
         for key, value in (metadata or {}).items():
             if len(key) > 64 or len(value) > 512:
                 raise ValueError("keys may have 64 characters, values 512")
-            if "\x00" in key or "\x00" in value:
-                raise ValueError("must not contain NUL (0x00) characters")
         return metadata
 
     @field_validator("functions", "audio", mode="before")

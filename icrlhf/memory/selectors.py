@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from icrlhf.integrations import embeddings, llm, vectors
+from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.memory import index, recall_socket
 from icrlhf.memory.models import Example
 from icrlhf.memory.signatures import PLAIN, Signature
@@ -305,24 +306,59 @@ def examples_recall_anywhere(
         },
         timeout_s=settings.GATEWAY_RECALL_TIMEOUT_S,
     )
-    below, rejected = found["below_minimum"], found["rejected"]
-    rows = _rows().in_bulk(
-        [pair[0] for pair in found["examples"] + found["neighbours"] + below + rejected]
-    )
+    return _recall_of_answer(found, queue=queue, signature=signature)
 
-    def retrieved(pairs: list[list[Any]]) -> list[RetrievedExample]:
+
+# What each list of an owner's answer holds: the role its examples have.
+_ANSWER_ROLES = {
+    "examples": Example.Role.PREFERRED,
+    "neighbours": Example.Role.PREFERRED,
+    "below_minimum": Example.Role.PREFERRED,
+    "rejected": Example.Role.REJECTED,
+}
+
+
+def _recall_of_answer(found: dict[str, Any], *, queue: Queue, signature: Signature) -> Recall:
+    """The recall an owner's answer names, with the rows read here. Only rows the search
+    could have found for this request are kept (the queue's own, active or pinned, of the
+    role their list holds, admitted by the signature): an answer is what arrived on a
+    socket, and one that names an example of another queue, or a retired one, must not put
+    it in this queue's prompt or reply. Raises VectorStoreUnavailable for an answer that
+    cannot be read."""
+    try:
+        named = {
+            name: [(uuid.UUID(pk), float(score)) for pk, score in found[name]]
+            for name in _ANSWER_ROLES
+        }
+        minimum = None if found["minimum"] is None else float(found["minimum"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise VectorStoreUnavailable(
+            "The worker that owns the store sent an unreadable answer."
+        ) from error
+    # By primary key alone, the rest checked on the rows: see `_live_of` on SQLite's planner.
+    rows = {
+        pk: example
+        for pk, example in _rows()
+        .in_bulk([pk for pairs in named.values() for pk, _ in pairs])
+        .items()
+        if example.queue_id == queue.pk
+        and example.status in (Example.Status.ACTIVE, Example.Status.PINNED)
+        and _admitted(example, signature)
+    }
+
+    def retrieved(name: str) -> list[RetrievedExample]:
         return [
-            RetrievedExample(example=rows[uuid.UUID(pk)], score=score, rank=rank)
-            for rank, (pk, score) in enumerate(pairs, start=1)
-            if uuid.UUID(pk) in rows
+            RetrievedExample(example=rows[pk], score=score, rank=rank)
+            for rank, (pk, score) in enumerate(named[name], start=1)
+            if pk in rows and rows[pk].role == _ANSWER_ROLES[name]
         ]
 
     return Recall(
-        examples=retrieved(found["examples"]),
-        neighbours=retrieved(found["neighbours"]),
-        below_minimum=retrieved(below),
-        minimum=found["minimum"],
-        rejected=retrieved(rejected),
+        examples=retrieved("examples"),
+        neighbours=retrieved("neighbours"),
+        below_minimum=retrieved("below_minimum"),
+        minimum=minimum,
+        rejected=retrieved("rejected"),
     )
 
 

@@ -1,5 +1,6 @@
 """The feedback API: the application says how a call or a whole run went. Mounted by
-icrlhf/api.py; a token with the `feedback` scope, for its own queue's calls only."""
+icrlhf/api.py; a token with the `feedback` scope, for the runs its own gateway calls made
+only (another token's run or call: 404)."""
 
 import math
 import uuid
@@ -13,7 +14,12 @@ from icrlhf.ingest.api import not_json
 from icrlhf.ingest.auth import TokenAuth, token_of
 from icrlhf.ingest.models import Scope
 from icrlhf.ingest.schemas import ErrorOut
-from icrlhf.trajectories.feedback import FeedbackTargetMissing, feedback_record
+from icrlhf.integrations.text_checks import refuse_unstorable_text, unstorable_text
+from icrlhf.trajectories.feedback import (
+    FeedbackKeyConflict,
+    FeedbackTargetMissing,
+    feedback_record,
+)
 
 router = Router(tags=["feedback"], auth=TokenAuth(scope=Scope.FEEDBACK))
 
@@ -21,17 +27,9 @@ REWARD_LIMIT = 1e6
 KEY_MAX_LENGTH = 200
 
 
-def _no_nul(value: str | None) -> str | None:
-    if value and "\x00" in value:
-        raise ValueError("must not contain NUL (0x00) characters")
-    return value
-
-
 class FunctionIn(Schema):
     name: str = Field(..., min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
     arguments: str = Field("{}", max_length=100_000)
-
-    _arguments_plain = field_validator("arguments")(_no_nul)
 
 
 class ToolCallIn(Schema):
@@ -39,14 +37,10 @@ class ToolCallIn(Schema):
     type: Literal["function"] = "function"
     function: FunctionIn
 
-    _id_plain = field_validator("id")(_no_nul)
-
 
 class ActionIn(Schema):
     content: str | None = Field(None, max_length=100_000)
     tool_calls: list[ToolCallIn] | None = Field(None, max_length=32)
-
-    _content_plain = field_validator("content")(_no_nul)
 
     @model_validator(mode="after")
     def _one_action(self) -> "ActionIn":
@@ -76,9 +70,10 @@ class FeedbackIn(Schema):
     feedback_id: str = Field(
         "",
         max_length=200,
-        description="Your id for this feedback; sending it again changes nothing. The "
-        "Idempotency-Key header does the same. Without either, identical feedback is "
-        "recorded once.",
+        description="Your id for this feedback, unique among this token's: sending it "
+        "again with the same body changes nothing (200, the first answer); with another body "
+        "it is refused (409). The Idempotency-Key header does the same. Without either, "
+        "identical feedback is recorded once.",
     )
 
     @field_validator("reward")
@@ -88,7 +83,9 @@ class FeedbackIn(Schema):
             raise ValueError(f"must be a finite number within ±{REWARD_LIMIT:g}")
         return value
 
-    _text_plain = field_validator("comment", "feedback_id", "trajectory_id")(_no_nul)
+    # Every string in the body, keys and ignored fields too, walked once: text the
+    # database cannot store (NUL, lone surrogates) is refused before anything is written.
+    _storable = model_validator(mode="wrap")(refuse_unstorable_text)
 
     @model_validator(mode="after")
     def _complete(self) -> "FeedbackIn":
@@ -110,7 +107,14 @@ class FeedbackOut(Schema):
 
 @router.post(
     "/feedback",
-    response={201: FeedbackOut, 200: FeedbackOut, 404: ErrorOut, 415: ErrorOut, 422: ErrorOut},
+    response={
+        201: FeedbackOut,
+        200: FeedbackOut,
+        404: ErrorOut,
+        409: ErrorOut,
+        415: ErrorOut,
+        422: ErrorOut,
+    },
     summary="Say how a call or a run went (a reward, success; idempotent)",
 )
 def feedback_post(request: HttpRequest, payload: FeedbackIn) -> Status[object]:
@@ -121,7 +125,7 @@ def feedback_post(request: HttpRequest, payload: FeedbackIn) -> Status[object]:
         payload.corrected_action.model_dump(exclude_none=True) if payload.corrected_action else {}
     )
     key = request.headers.get("Idempotency-Key", "") or payload.feedback_id
-    if len(key) > KEY_MAX_LENGTH or "\x00" in key:
+    if len(key) > KEY_MAX_LENGTH or unstorable_text(key):
         problem = {"field": "Idempotency-Key", "message": "at most 200 characters, no NUL"}
         invalid = "The request is invalid; nothing was saved."
         return Status(422, {"detail": invalid, "errors": [problem]})
@@ -139,6 +143,8 @@ def feedback_post(request: HttpRequest, payload: FeedbackIn) -> Status[object]:
         )
     except FeedbackTargetMissing as missing:
         return Status(404, {"detail": f"{missing} Nothing was saved.", "errors": []})
+    except FeedbackKeyConflict as conflict:
+        return Status(409, {"detail": f"{conflict} Nothing was saved.", "errors": []})
     feedback = recorded.feedback
     body = FeedbackOut(
         id=feedback.pk,
