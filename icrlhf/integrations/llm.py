@@ -21,6 +21,8 @@ from typing import Any
 
 from django.conf import settings
 
+from icrlhf.integrations.text_checks import storable
+
 logger = logging.getLogger(__name__)
 
 # Sampling parameters a queue may set; anything else in its params is ignored, so a queue
@@ -463,7 +465,7 @@ class Stream:
                 delta = getattr(choices[0], "delta", None) if choices else None
                 piece = getattr(delta, "content", None) or ""
                 if piece:
-                    piece = piece.replace("\x00", "")
+                    piece = storable(piece)
                     self.text += piece
                     yield {"content": piece}
                 calls = [
@@ -504,13 +506,15 @@ def _tool_call_delta(call: Any) -> dict[str, Any]:
     function = getattr(call, "function", None)
     delta: dict[str, Any] = {"index": int(getattr(call, "index", 0) or 0)}
     if getattr(call, "id", None):
-        delta["id"] = str(call.id)
+        delta["id"] = storable(str(call.id))
         delta["type"] = "function"
     pieces = {
         "name": getattr(function, "name", None),
         "arguments": getattr(function, "arguments", None),
     }
-    delta["function"] = {key: str(value) for key, value in pieces.items() if value is not None}
+    delta["function"] = {
+        key: storable(str(value)) for key, value in pieces.items() if value is not None
+    }
     return delta
 
 
@@ -560,8 +564,8 @@ def _completions_from(response: Any, *, model: str, latency_ms: int) -> list[Com
         raise PermanentLLMError("The model's answer had no message in it.") from error
     if not choices:
         raise PermanentLLMError("The model's answer had no message in it.")
-    # An answer is untrusted text: PostgreSQL cannot store NUL, and no reader needs one.
-    texts = [c.replace("\x00", "").strip() if isinstance(c, str) else "" for c in contents]
+    # An answer is untrusted text, which must reach the call log as it reaches the caller.
+    texts = [storable(c).strip() if isinstance(c, str) else "" for c in contents]
     if not all(text or calls for text, calls in zip(texts, tool_calls, strict=True)):
         raise PermanentLLMError("The model returned an empty answer.")
     usage = getattr(response, "usage", None)
@@ -590,11 +594,11 @@ def _completions_from(response: Any, *, model: str, latency_ms: int) -> list[Com
 def _tool_calls_of(message: Any) -> tuple[dict[str, Any], ...]:
     return tuple(
         {
-            "id": str(call.id),
+            "id": storable(str(call.id)),
             "type": "function",
             "function": {
-                "name": str(call.function.name),
-                "arguments": str(call.function.arguments or ""),
+                "name": storable(str(call.function.name)),
+                "arguments": storable(str(call.function.arguments or "")),
             },
         }
         for call in getattr(message, "tool_calls", None) or []

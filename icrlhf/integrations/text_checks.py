@@ -79,3 +79,9 @@ def _text_problem(text: str) -> str | None:
 def _shown(key: str) -> str:
     escaped = key.encode("unicode_escape").decode("ascii")
     return escaped if len(escaped) <= _KEY_SHOWN else escaped[: _KEY_SHOWN - 1] + "…"
+
+
+def storable(text: str) -> str:
+    """A model's answer made storable: NUL dropped (no reader needs one), a lone surrogate
+    made U+FFFD. An answer is not refused: the caller is owed it, and its log row too."""
+    return _UNSTORABLE.sub(lambda found: "" if found.group() == "\x00" else "\ufffd", text)

@@ -392,3 +392,41 @@ def test_generated_bodies_never_fail_the_server_nor_go_unlogged(
         assert upstream.calls == asked and Call.objects.count() == calls
     if response.status_code == 200:
         assert_logged(response)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_an_answer_with_unstorable_text_is_served_and_logged(
+    client: Client, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    """The upstream's answer is untrusted too: a NUL or a lone surrogate in its text or its
+    tool call's arguments (litellm's own offline switch, its real parsing) is made storable,
+    so the answered call is in the log on both databases."""
+    real = {name: getattr(llm, name) for name in ("acomplete", "astream")}
+    hostile_call = {
+        "id": f"call{NUL}1",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": f'{{"q": "a{NUL}b{SURROGATE}"}}'},
+    }
+
+    def with_hostile_answer(name: str) -> Any:
+        async def answer(**kwargs: Any) -> Any:
+            options = {**(kwargs.get("options") or {}), "mock_tool_calls": [hostile_call]}
+            return await real[name](
+                **{**kwargs, "options": options}, mock_response=f"Hi{NUL} {SURROGATE}there"
+            )
+
+        return answer
+
+    for name in real:
+        monkeypatch.setattr(llm, name, with_hostile_answer(name))
+    body = {"model": "helpdesk", "messages": [{"role": "user", "content": "Hello"}]}
+    response = client.post(URL, json.dumps({**body, "stream": stream}), "application/json")
+    assert response.status_code == 200
+    if stream:
+        assert "[DONE]" in drained(response)
+    call = wait_for(
+        lambda: Call.objects.filter(pk=response["X-Icrlhf-Call"]).first(), what="the log row"
+    )
+    assert call.status_code == 200
+    logged = json.dumps([call.answer_text, call.tool_calls])
+    assert "\\u0000" not in logged and "\\ud800" not in logged

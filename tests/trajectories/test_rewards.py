@@ -4,6 +4,7 @@ the threshold and rejected below it; and the next similar run gets them in its p
 import json
 from typing import Any
 
+import openai
 import pytest
 from django.test import Client
 
@@ -17,7 +18,6 @@ from icrlhf.trajectories.models import Trajectory
 from icrlhf.trajectories.rewards import ApprovalConflict, RunSeen, rewards_approval_decide
 from tests.conftest import GatewayProcess, wait_for
 from tests.factories import QueueFactory, UserFactory, agent_step, member_add
-from tests.gateway.test_endpoint import client_for
 from tests.gateway.test_tools import ORDER_TOOL
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
@@ -282,7 +282,8 @@ def test_feedback_on_a_run_reaches_the_next_similar_runs_prompt_at_that_step(
     """Through the real gateway and worker: a run's tool call and its result, rewarded by
     the application, are in the prompt of the next run's same decision point."""
     queue = QueueFactory(reward_threshold=0.5, memory_candidates=0, capture_percent=0)
-    client = client_for(gateway_process, queue)
+    token = token_create(queue=queue, name="app")[1]  # its calls' runs are its own to reward
+    client = openai.OpenAI(base_url=gateway_process.base_url, api_key=token, max_retries=0)
     question = "Where is order 1234?"
     messages: list[dict[str, Any]] = [{"role": "user", "content": question}]
     first = client.chat.completions.create(
@@ -310,7 +311,7 @@ def test_feedback_on_a_run_reaches_the_next_similar_runs_prompt_at_that_step(
         "/api/v1/feedback",
         json.dumps({"trajectory_id": "run-a", "reward": 1.0, "success": True}),
         content_type="application/json",
-        headers={"Authorization": f"Bearer {token_create(queue=queue, name='app')[1]}"},
+        headers={"Authorization": f"Bearer {token}"},
     )
     assert posted.status_code == 201, posted.content
     wait_for(
