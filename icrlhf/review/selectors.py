@@ -1,6 +1,7 @@
 import statistics
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
@@ -120,3 +121,49 @@ def item_outcome(*, item: Item) -> Outcome:
         decision=item.decisions.standing().order_by("created_at").first(),
         automation=automation_latest(item=item),
     )
+
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StepState:
+    """What an agent decided from, for the first screen of a captured step: its goal, what it
+    observed since its last action (the tool results, or the user's next words), and the
+    turns before, folded."""
+
+    goal: str
+    latest: list[Message]
+    earlier: list[Message]
+    tool_names: list[str]
+
+
+def step_state(*, item: Item) -> StepState | None:
+    """The state of a captured agent step; None for anything else (a ticket, a prompt, a
+    one-turn call), whose input is shown as it is."""
+    conversation: list[Message] = [
+        m for m in item.conversation if m.get("role") not in ("system", "developer")
+    ]
+    tools = (item.call_options or {}).get("tools") or []
+    has_turns = any(m.get("role") == "assistant" for m in conversation)
+    if item.source != Item.Source.GATEWAY or not (has_turns or tools):
+        return None
+    last_action = max(
+        (n for n, m in enumerate(conversation) if m.get("role") == "assistant"), default=-1
+    )
+    goal = next((m for m in conversation if m.get("role") == "user"), None)
+    earlier = conversation[: last_action + 1]
+    return StepState(
+        goal=_text(goal) if goal is not None else "",
+        latest=conversation[last_action + 1 :],
+        # The goal is shown on its own: folded are the turns between it and the latest.
+        earlier=[m for m in earlier if m is not goal],
+        tool_names=[str((tool.get("function") or {}).get("name", "")) for tool in tools if tool],
+    )
+
+
+def _text(message: Message) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # OpenAI's content parts
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")

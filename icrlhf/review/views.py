@@ -130,6 +130,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "other_categories": sorted(set(item.queue.categories) - set(likely), key=str.lower),
         "generation": generation,
         "candidates": candidates,
+        "step_state": selectors.step_state(item=item),
         # Rounds a reviewer sent back with "try again" before this one.
         "tried_again": item.generations.filter(try_again__isnull=False).count(),
         # Polling goes on until nothing can change without the reviewer (the ranking's order

@@ -63,10 +63,16 @@
   // It runs once the reviewer pauses typing, not on every keystroke.
   const DIFF_TIMEOUT_MS = 50, DIFF_PAUSE_MS = 150;
   function renderDiff(textarea) {
-    const box = textarea.closest("details.editor").querySelector(".diff");
+    const editor = textarea.closest("details.editor");
+    const box = editor.querySelector(".diff");
     if (!box) return;
     box.replaceChildren();
-    const parts = Diff.diffWordsWithSpace(textarea.dataset.original || "", textarea.value, { timeout: DIFF_TIMEOUT_MS });
+    // A tool call's edit is its fields: the calls as written, then as the fields now say.
+    const calls = editor.querySelector(".tool-touched");
+    const touched = calls && calls.value === "1";
+    const before = (touched ? toolCallsText(editor, true) : "") + (textarea.dataset.original || "");
+    const after = (touched ? toolCallsText(editor, false) : "") + textarea.value;
+    const parts = Diff.diffWordsWithSpace(before, after, { timeout: DIFF_TIMEOUT_MS });
     if (parts === undefined) {
       box.textContent = "Too many changes to show word by word.";
       return;
@@ -81,6 +87,27 @@
       if (tag) node.textContent = part.value;
       box.appendChild(node);
     });
+  }
+  // A candidate's tool calls as one line each, "name(argument: value, …)", from the editor's
+  // fields: as the page rendered them (`original`), or as the reviewer has them now.
+  function toolCallsText(editor, original) {
+    return Array.prototype.map.call(editor.querySelectorAll(".tool-call-editor"), function (set) {
+      const choice = set.querySelector(".tool-choice");
+      const chosen = original
+        ? (Array.prototype.find.call(choice.options, function (o) { return o.defaultSelected; }) || choice.options[0]).value
+        : choice.value;
+      const fields = set.querySelector(".tool-arguments[data-tool='" + CSS.escape(chosen) + "']");
+      const values = fields ? Array.prototype.map.call(fields.querySelectorAll("input, select"), function (input) {
+        const label = set.querySelector("label[for='" + CSS.escape(input.id) + "'] code");
+        const value = original
+          ? (input.tagName === "SELECT"
+            ? ((Array.prototype.find.call(input.options, function (o) { return o.defaultSelected; }) || {}).value || "")
+            : input.defaultValue)
+          : input.value;
+        return (label ? label.textContent : input.name) + ": " + value;
+      }) : [];
+      return chosen + "(" + values.join(", ") + ")\n";
+    }).join("");
   }
   // Changes separated only by spaces or one unchanged word read as one rewrite: "<del>the
   // cat sat</del><ins>a dog ran</ins>", not three swaps with the spaces between them.
@@ -121,7 +148,17 @@
   function saveDraft() {
     const f = form();
     if (!f || !draftKey) return;
-    const draft = { choice: null, edits: {}, tags: [], comment: "", triage: {}, ratings: {} };
+    const draft = { choice: null, edits: {}, tags: [], comment: "", triage: {}, ratings: {}, tools: {} };
+    // A touched tool call's fields (all of them: the tool may have changed), so that a
+    // reload, or a submit the server refused, keeps what the reviewer typed.
+    f.querySelectorAll("details.editor").forEach(function (editor) {
+      const mark = editor.querySelector(".tool-touched");
+      if (!mark || mark.value !== "1") return;
+      draft.tools[mark.name] = "1";
+      editor.querySelectorAll(".tool-call-editor input, .tool-call-editor select").forEach(function (input) {
+        draft.tools[input.name] = input.value;
+      });
+    });
     f.querySelectorAll(".rating select").forEach(function (r) { if (r.value) draft.ratings[r.name] = r.value; });
     f.querySelectorAll("[name^=triage_]").forEach(function (input) { draft.triage[input.name] = input.value; });
     const picked = f.querySelector("input[name=choice]:checked");
@@ -162,6 +199,15 @@
       const input = f.querySelector("[name='" + CSS.escape(name) + "']");
       if (input) input.value = draft.triage[name];
     });
+    Object.keys(draft.tools || {}).forEach(function (name) {
+      const input = f.querySelector("[name='" + CSS.escape(name) + "']");
+      if (!input) return;
+      input.value = draft.tools[name];
+      const editor = input.closest("details.editor");
+      editor.open = true;
+      if (input.classList.contains("tool-choice")) input.dispatchEvent(new Event("change"));
+    });
+    f.querySelectorAll("details.editor[open] textarea[data-original]").forEach(renderDiff);
   }
 
   // --- Wiring -----------------------------------------------------------------------------------
@@ -208,7 +254,12 @@
         if (radio) radio.checked = true;
         const mark = editor.querySelector(".tool-touched");
         if (mark) mark.value = "1";  // the fields now say what the reviewer wants
+        renderSoon();
       }
+      const renderSoon = debounced(function () {
+        const t = box.closest("details").querySelector("textarea");
+        if (t) renderDiff(t);
+      }, DIFF_PAUSE_MS);
       box.addEventListener("input", touched);
       box.addEventListener("change", touched);
     });

@@ -11,10 +11,12 @@ from django.utils import timezone
 
 from icrlhf.gateway.models import Call
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.review import selectors
 from icrlhf.review.models import Claim, Decision
 from icrlhf.review.templatetags.markup import word_diff
 from tests.factories import (
     CandidateFactory,
+    DecisionFactory,
     GenerationFactory,
     ItemFactory,
     UserFactory,
@@ -227,3 +229,39 @@ def test_a_captured_step_of_an_agent_run_links_to_the_runs_timeline(
     page = logged_in.get(f"/items/{item.pk}/").content.decode()
     assert "Step 2 of an agent run" in page
     assert f"/q/{queue.slug}/trajectories/{recorded.trajectory.pk}/" in page
+
+
+def test_a_captured_steps_state_is_its_goal_its_latest_observation_and_earlier_turns() -> None:
+    goal = {"role": "user", "content": "Refund order 4821."}
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+    looked = {"role": "tool", "tool_call_id": "c1", "content": '{"status": "lost"}'}
+    conversation = [
+        {"role": "system", "content": "You are the desk."},
+        goal,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        looked,
+    ]
+    tools = [{"type": "function", "function": {"name": "lookup"}}]
+    item = ItemFactory(source="gateway", conversation=conversation, call_options={"tools": tools})
+    state = selectors.step_state(item=item)
+    assert state == selectors.StepState(
+        goal="Refund order 4821.",
+        latest=[looked],
+        earlier=[conversation[2]],
+        tool_names=["lookup"],
+    )
+    # A ticket, or a one-turn call without tools, is shown as it is.
+    assert selectors.step_state(item=ItemFactory()) is None
+    one_turn = ItemFactory(source="gateway", conversation=[goal])
+    assert selectors.step_state(item=one_turn) is None
+
+
+def test_a_captured_calls_timings_are_hidden_until_it_is_decided(
+    queue: Any, logged_in: Client, user: User
+) -> None:
+    item = ItemFactory(queue=queue, source="gateway", status="ready")
+    generation = ready_generation(item, ["Served answer.", "New answer."])
+    Candidate.objects.filter(generation=generation).update(latency_ms=812)
+    assert " ms" not in logged_in.get(f"/items/{item.pk}/").content.decode().split("Candidates")[1]
+    DecisionFactory(generation=generation, reviewer=user)
+    assert "812 ms" in logged_in.get(f"/items/{item.pk}/").content.decode()

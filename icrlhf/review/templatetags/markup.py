@@ -87,3 +87,16 @@ def json_pretty(text: str) -> str:
         return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
     except (TypeError, ValueError):
         return text or ""
+
+
+@register.filter
+def json_fields(text: str) -> list[tuple[str, str]] | None:
+    """A tool call's arguments as (name, value) pairs, each value as JSON writes it, when they
+    are a JSON object: one short line per argument. None when they are not (shown as sent)."""
+    try:
+        arguments = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(arguments, dict):
+        return None
+    return [(str(name), json.dumps(value, ensure_ascii=False)) for name, value in arguments.items()]
