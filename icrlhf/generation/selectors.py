@@ -20,7 +20,8 @@ MAX_ATTEMPTS = 12
 
 @dataclass(frozen=True)
 class Progress:
-    ready: int
+    ready: int  # done: a candidate the reviewer can pick
+    failed: int
     total: int
 
 
@@ -34,8 +35,11 @@ def generation_candidates(*, generation: Generation) -> QuerySet[Candidate]:
 
 def generation_progress(*, generation: Generation) -> Progress:
     candidates = list(generation.candidates.values_list("status", flat=True))
-    settled = [s for s in candidates if s in {Candidate.Status.DONE, Candidate.Status.FAILED}]
-    return Progress(ready=len(settled), total=len(candidates))
+    return Progress(
+        ready=candidates.count(Candidate.Status.DONE),
+        failed=candidates.count(Candidate.Status.FAILED),
+        total=len(candidates),
+    )
 
 
 @dataclass(frozen=True)

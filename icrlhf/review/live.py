@@ -65,14 +65,17 @@ def candidate_problem(*, candidate: Candidate, show_detail: bool) -> Problem:
 def candidate_waiting(*, candidate: Candidate, now: datetime) -> str:
     """A pending or running candidate's state: queued, generating, or retrying and when."""
     retrying = candidate.error.startswith(_RETRYING)
-    retry = f"retry {candidate.attempts - 1} of {settings.LLM_MAX_RETRIES}"
+    # `attempts` counts the tries claimed so far, the first one included; the numbers are
+    # capped, so that a redelivered task never reads as "retry 4 of 3".
+    most = settings.LLM_MAX_RETRIES
+    retry = f"retry {min(max(candidate.attempts - 1, 1), most)} of {most}"
     if candidate.status == Candidate.Status.RUNNING:
         started = candidate.started_at or now
         seconds = max(0, int((now - started).total_seconds()))
         return f"Generating ({retry}), {seconds} s…" if retrying else f"Generating, {seconds} s…"
     if retrying:
         summary = candidate_problem(candidate=candidate, show_detail=False).summary
-        attempt = f"retrying ({candidate.attempts} of {settings.LLM_MAX_RETRIES})"
+        attempt = f"retrying ({min(max(candidate.attempts, 1), most)} of {most})"
         if candidate.retry_at is not None and candidate.retry_at > now:
             left = int((candidate.retry_at - now).total_seconds()) + 1
             return f"{summary}; {attempt} in {left} s."

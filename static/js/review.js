@@ -459,7 +459,8 @@
     const radio = label === "none" ? document.getElementById("choice-none")
       : card && card.querySelector("input[name=choice]");
     if (!radio) {
-      if (card) hint("Candidate " + label + " has not arrived yet.");
+      if (card && card.classList.contains("failed")) hint("Candidate " + label + " failed: retry it, or pick another.");
+      else if (card) hint("Candidate " + label + " has not arrived yet.");
       else if (form()) hint("There is no candidate " + label + ".");
       return;
     }

@@ -265,3 +265,17 @@ def test_a_captured_calls_timings_are_hidden_until_it_is_decided(
     assert " ms" not in logged_in.get(f"/items/{item.pk}/").content.decode().split("Candidates")[1]
     DecisionFactory(generation=generation, reviewer=user)
     assert "812 ms" in logged_in.get(f"/items/{item.pk}/").content.decode()
+
+
+@pytest.mark.parametrize(("attempts", "said"), [(2, "retrying (2 of 3)"), (5, "retrying (3 of 3)")])
+def test_a_retry_count_never_passes_the_limit(
+    queue: Any, logged_in: Client, settings: Any, attempts: int, said: str
+) -> None:
+    settings.LLM_MAX_RETRIES = 3
+    item, _ = running_generation(
+        queue,
+        status=Candidate.Status.PENDING,
+        attempts=attempts,
+        error=f"Retrying: {TIMEOUT_ERROR}",
+    )
+    assert said in logged_in.get(f"/items/{item.pk}/").content.decode()

@@ -80,7 +80,7 @@ def test_the_candidates_partial_polls_until_the_generation_finishes(
     assert done.status_code == 286  # htmx stops polling
     body = done.content.decode()
     assert "hx-trigger" not in body
-    assert "2 of 2 ready" in body and "The model is rate-limited" in body
+    assert "1 of 2 ready, 1 failed" in body and "The model is rate-limited" in body
 
 
 def test_llm_output_is_escaped(logged_in: Client, queue: Any) -> None:
