@@ -302,8 +302,11 @@ def generation_rank(*, generation_id: int) -> bool:
         )
         if not claimed:
             return False
-        # A blind one keeps its shuffled order: its ranks are recorded, not shown.
-        reorder = not blind and not generation.decisions.exists()
+        # A blind one keeps its shuffled order: its ranks are recorded, not shown. So does a
+        # captured call's: ordered, its served answer would stand out (first, or alone first
+        # when the others failed), and it is judged blind.
+        served = generation.candidates.filter(served=True).exists()
+        reorder = not blind and not served and not generation.decisions.exists()
         Candidate.objects.filter(generation=generation).update(confidence=None)  # ranked anew
         if reorder:
             # Two steps, as positions are unique within a generation.

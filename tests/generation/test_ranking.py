@@ -112,6 +112,19 @@ def test_a_decided_generation_keeps_its_numbers(queue: Any) -> None:
     assert all(c.ranking_features for c in Candidate.objects.filter(generation=generation))
 
 
+def test_a_captured_calls_candidates_keep_their_shuffled_order(queue: Any) -> None:
+    """The served answer is judged blind: ranking would put it first (or alone first, when
+    the others failed) and give it away. Its ranks are recorded, its order stays."""
+    generation = _generation(
+        queue, ["pin_blocked", "card_arrival"], [(0.9, "card_arrival"), (0.5, "pin_blocked")]
+    )
+    Candidate.objects.filter(generation=generation, text="card_arrival").update(served=True)
+    ranking.generation_rank(generation_id=generation.pk)
+    ranked = list(generation.candidates.order_by("position"))
+    assert [c.text for c in ranked] == ["pin_blocked", "card_arrival"]
+    assert {c.text: c.rank for c in ranked} == {"card_arrival": 1, "pin_blocked": 2}
+
+
 def test_without_the_embedding_model_the_ranking_goes_on_without_relevance(
     queue: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -279,3 +279,17 @@ def test_a_retry_count_never_passes_the_limit(
         error=f"Retrying: {TIMEOUT_ERROR}",
     )
     assert said in logged_in.get(f"/items/{item.pk}/").content.decode()
+
+
+def test_when_only_the_served_answer_is_left_the_page_says_so(
+    queue: Any, logged_in: Client
+) -> None:
+    item = ItemFactory(queue=queue, source="gateway", status="ready")
+    generation = ready_generation(item, ["Served answer.", "", ""])
+    Candidate.objects.filter(generation=generation, position=0).update(served=True)
+    Candidate.objects.filter(generation=generation, position__gt=0).update(
+        status=Candidate.Status.FAILED, error="The model is rate-limited"
+    )
+    page = logged_in.get(f"/items/{item.pk}/").content.decode()
+    assert "1 of 3 ready, 2 failed" in page
+    assert "The other candidates failed: only one answer is left to judge." in page
