@@ -180,17 +180,17 @@ def _feedback_create(
     )
     if step is not None and reward is not None:
         Step.objects.filter(pk=step.pk).update(reward=reward)
+    learnt = learnt_reward(reward=reward, success=success)
     if step is None:
-        changes: dict[str, Any] = {}
-        if reward is not None:
-            changes["reward"] = reward
+        # The run's reward is the one memory learns (success alone: 1, failure: 0), so that
+        # the low-reward rule, the run's page and the exports read the same number.
+        changes: dict[str, Any] = {} if learnt is None else {"reward": learnt}
         if success is not None:
             changes["outcome"] = (
                 Trajectory.Outcome.SUCCEEDED if success else Trajectory.Outcome.FAILED
             )
         if changes:
             Trajectory.objects.filter(pk=trajectory.pk).update(**changes)
-    learnt = learnt_reward(reward=reward, success=success)
     if learnt is None or queue.reward_threshold is None:
         return feedback
     if queue.rewards_need_approval:

@@ -15,7 +15,10 @@ from icrlhf.trajectories.models import Trajectory
 from icrlhf.trajectories.rewards import ApprovalConflict, RunSeen, rewards_approval_decide
 from icrlhf.trajectories.selectors import (
     PAGE_SIZE,
+    approval_report,
     low_reward_captures_of,
+    reviewer_key,
+    run_summary,
     steps_of,
     trajectories_recent,
 )
@@ -30,12 +33,16 @@ def trajectory_list(request: HttpRequest, slug: str) -> HttpResponse:
     awaiting = request.GET.get("approval") == Trajectory.Approval.PENDING
     found = trajectories_recent(queue=queue, outcome=outcome, awaiting_approval=awaiting)
     page = Paginator(found, PAGE_SIZE).get_page(request.GET.get("page"))
+    filtered = outcome is not None or awaiting
     context = {
         "queue": queue,
         "page": page,
         "outcome": outcome,
         "awaiting": awaiting,
         "outcomes": Trajectory.Outcome.choices,
+        # An empty filter says how many runs there are in all ("No trajectories yet" is
+        # for a queue that has none).
+        "total": trajectories_recent(queue=queue).count() if filtered else page.paginator.count,
     }
     return render(request, "trajectories/list.html", context)
 
@@ -44,11 +51,14 @@ def trajectory_detail(request: HttpRequest, slug: str, trajectory_id: uuid.UUID)
     queue = queue_for_member(request.user, slug=slug)
     review_check(request.user, queue)
     trajectory = get_object_or_404(
-        Trajectory.objects.select_related("token", "approved_by"), pk=trajectory_id, queue=queue
+        Trajectory.objects.select_related("queue", "token", "approved_by"),
+        pk=trajectory_id,
+        queue=queue,
     )
     context = {
         "queue": queue,
         "trajectory": trajectory,
+        "summary": run_summary(trajectory),
         "steps": steps_of(trajectory),
         "feedback": trajectory.feedback.order_by("created_at", "pk"),
         "captures": low_reward_captures_of(trajectory),
@@ -62,6 +72,9 @@ def trajectory_approval(request: HttpRequest, slug: str, trajectory_id: uuid.UUI
     queue = queue_for_member(request.user, slug=slug)
     review_check(request.user, queue)
     decision = request.POST.get("decision")
+    trajectory = get_object_or_404(
+        Trajectory.objects.select_related("queue"), pk=trajectory_id, queue=queue
+    )
     if decision not in ("approve", "decline"):
         messages.error(request, "Choose Approve into memory or Decline.")
         return redirect("trajectories:detail", slug, trajectory_id)
@@ -81,9 +94,10 @@ def trajectory_approval(request: HttpRequest, slug: str, trajectory_id: uuid.UUI
         messages.error(request, str(conflict))
     else:
         if decision == "approve":
-            messages.success(request, f"Approved: {len(stored)} step(s) stored as memory.")
+            messages.success(request, approval_report(trajectory=trajectory, stored=stored))
         else:
-            messages.success(request, "Declined: nothing from this run reaches memory.")
+            trajectory.refresh_from_db()
+            messages.success(request, run_summary(trajectory).memory_line)
     return redirect("trajectories:detail", slug, trajectory_id)
 
 
@@ -106,7 +120,9 @@ def trajectory_outcome(request: HttpRequest, slug: str, trajectory_id: uuid.UUID
         reward=None,
         success=outcome == Trajectory.Outcome.SUCCEEDED,
         comment=f"Outcome set by {request.user.get_username()}.",
-        key=f"reviewer:{uuid.uuid4()}",  # each press is its own (a change of mind counts)
+        key=reviewer_key(request.user.pk),  # type: ignore[arg-type]  # review_check: logged in
     )
-    messages.success(request, f"Outcome set: {outcome}.")
+    trajectory.refresh_from_db()
+    summary = run_summary(trajectory)
+    messages.success(request, f"Outcome set: {outcome}. Memory: {summary.memory_line}")
     return redirect("trajectories:detail", slug, trajectory_id)

@@ -20,7 +20,7 @@ from icrlhf.memory.models import CurationEvent, Example
 from icrlhf.queues.models import Queue
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Automation, Decision
-from icrlhf.trajectories.services import step_record
+from icrlhf.trajectories.services import RunOwner, step_record
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
 pytestmark = pytest.mark.django_db
@@ -68,6 +68,7 @@ def world(user: Any) -> dict[str, str]:
     goal = [{"role": "user", "content": "Where is order 4821?"}]
     trajectory = step_record(
         queue=queue,
+        owner=RunOwner(token_id=None),
         key="run-1",
         messages=goal,
         raw_messages=goal,

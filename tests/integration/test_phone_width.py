@@ -34,7 +34,7 @@ from icrlhf.queues.models import Item, Queue
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Automation, Decision
 from icrlhf.trajectories.models import Trajectory
-from icrlhf.trajectories.services import step_record
+from icrlhf.trajectories.services import RunOwner, step_record
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 from tests.support.browser import log_in, new_page
 
@@ -194,6 +194,7 @@ def _trajectory(queue: Queue) -> Trajectory:
     for messages, text, calls in ((goal, "", [call]), (turns, LONG_ANSWER, [])):
         recorded = step_record(
             queue=queue,
+            owner=RunOwner(token_id=None),
             key="",
             messages=messages,
             raw_messages=messages,

@@ -227,7 +227,7 @@ def test_a_captured_step_of_an_agent_run_links_to_the_runs_timeline(
     )
     recorded = agent_step(queue, later, key="run-1", text="It ships Monday.", call_id=call.pk)
     page = logged_in.get(f"/items/{item.pk}/").content.decode()
-    assert "Step 2 of an agent run" in page
+    assert "Step 2 of 2 in an agent run" in page
     assert f"/q/{queue.slug}/trajectories/{recorded.trajectory.pk}/" in page
 
 

@@ -165,7 +165,7 @@ def test_the_approval_buttons_work_for_reviewers_and_curators_only(role: str) ->
         assert not Example.objects.exists()
         return
     assert b"Approve into memory" in page.content
-    assert b"Approved: 2 step(s) stored as memory." in response.content
+    assert b"Approved: 2 steps stored as memory (preferred, reward 0.90)." in response.content
     assert Example.objects.filter(queue=queue).count() == 2
     again = client.post(url, {"decision": "decline", **seen}, follow=True)
     assert b"not awaiting approval" in again.content

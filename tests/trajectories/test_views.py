@@ -1,14 +1,25 @@
 """The trajectory pages and admin: members of the queue only, per role; everything the agent
 and the model wrote is escaped."""
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
+from icrlhf.gateway.models import Call
+from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example
 from icrlhf.trajectories.models import Feedback, Trajectory
-from tests.factories import QueueFactory, UserFactory, agent_step, member_add
+from tests.factories import (
+    ItemFactory,
+    QueueFactory,
+    UserFactory,
+    agent_step,
+    member_add,
+    ready_generation,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -132,3 +143,83 @@ def test_a_reviewer_sets_a_runs_outcome_as_feedback_under_their_name(role: str) 
     trajectory.refresh_from_db()
     assert trajectory.outcome == "failed" and Feedback.objects.count() == 3
     assert client.get(url).status_code == 405
+
+
+def test_the_runs_list_shows_each_runs_key_and_owner() -> None:
+    reviewer = UserFactory()
+    queue = QueueFactory(members=[reviewer])
+    token, _ = token_create(queue=queue, name="shop-bot")
+    goal = [{"role": "user", "content": "Where is order 4821?"}]
+    agent_step(queue, goal, key="order-4821", text="Shipped.", token=token, end_user="cust-7")
+    agent_step(queue, [{"role": "user", "content": "Hello"}], text="Hi.", token=token)
+    client = Client()
+    client.force_login(reviewer)
+    listing = client.get(f"/q/{queue.slug}/trajectories/").content.decode()
+    assert '<th scope="col">Key</th><th scope="col">Owner</th>' in listing
+    assert '<code class="wrap-anywhere">order-4821</code>' in listing
+    assert "—</span>" in listing  # the run grouped by its conversation has no key
+    assert listing.count("shop-bot") == 2
+    assert 'for <code class="wrap-anywhere">cust-7</code>' in listing
+
+
+def test_an_empty_filter_says_none_match_and_how_many_runs_there_are() -> None:
+    reviewer = UserFactory()
+    queue, empty = QueueFactory(members=[reviewer]), QueueFactory(members=[reviewer])
+    _trajectory(queue)
+    agent_step(queue, [{"role": "user", "content": "Hello"}], text="Hi.")
+    client = Client()
+    client.force_login(reviewer)
+    for query in ("?outcome=failed", "?approval=pending"):
+        page = client.get(f"/q/{queue.slug}/trajectories/{query}").content.decode()
+        assert "None match this filter (2 runs in all)." in page
+        assert "No trajectories yet" not in page
+    page = client.get(f"/q/{empty.slug}/trajectories/?outcome=failed").content.decode()
+    assert "No trajectories yet" in page and "None match" not in page
+    assert "No trajectories yet" in client.get(f"/q/{empty.slug}/trajectories/").content.decode()
+
+
+def test_a_run_links_its_steps_to_their_review_items_and_calls_and_an_item_back_to_its_run() -> (
+    None
+):
+    reviewer = UserFactory()
+    queue = QueueFactory(members=[reviewer])
+    item = ItemFactory(queue=queue, source="gateway", status="ready")
+    ready_generation(item, ["Which address?", "It ships Monday."])
+    first, second = (
+        Call.objects.create(
+            queue=queue,
+            source="model",
+            memory="empty",
+            request_text=text,
+            capture=capture,
+            item=captured,
+            created_at=timezone.now() - timedelta(minutes=minutes),
+        )
+        for text, capture, captured, minutes in (
+            ("first call", "", None, 10),
+            ("second call", "sampled", item, 9),
+        )
+    )
+    goal = [{"role": "user", "content": "Where is order 4821?"}]
+    later = [*goal, {"role": "assistant", "content": "Which address?"}]
+    later.append({"role": "user", "content": "Berlin."})
+    agent_step(queue, goal, key="run-1", text="Which address?", call_id=first.pk)
+    run = agent_step(queue, later, key="run-1", text="It ships Monday.", call_id=second.pk)
+    # 50 newer calls: the run's are on the call log's second page.
+    Call.objects.bulk_create(
+        Call(queue=queue, source="model", memory="empty", request_text=f"newer {n}")
+        for n in range(50)
+    )
+    client = Client()
+    client.force_login(reviewer)
+    page = client.get(f"/q/{queue.slug}/trajectories/{run.trajectory.pk}/").content.decode()
+    assert f'href="/items/{item.pk}/">Review item #{item.pk}</a>' in page
+    assert page.count("/items/") == 1  # the first step's call was not captured
+    for call in (first, second):
+        assert f'href="/q/{queue.slug}/calls/?page=2#call-{call.pk}">Its call in the log' in page
+    log = client.get(f"/q/{queue.slug}/calls/?page=2").content.decode()
+    assert "first call" in log and "second call" in log
+
+    shown = client.get(f"/items/{item.pk}/").content.decode()
+    assert "Step 2 of 2 in an agent run" in shown
+    assert f'href="/q/{queue.slug}/trajectories/{run.trajectory.pk}/#step-1"' in shown
