@@ -1,6 +1,9 @@
+from typing import Any
+
 from django import forms
 
 from icrlhf.queues.models import Queue
+from icrlhf.queues.rules import Evidence, rule_refusals
 from icrlhf.queues.services import (
     AUTOMATION_FIELDS,
     GATEWAY_FIELDS,
@@ -10,7 +13,9 @@ from icrlhf.queues.services import (
 
 
 class RoutingForm(forms.ModelForm[Queue]):
-    """A queue's routing rules for gateway calls (the model's validators bound each one)."""
+    """A queue's routing rules for gateway calls (the model's validators bound each one). A
+    rule that would do nothing given the queue's `evidence` (automation with no confidence
+    fitted, …) is refused with the sentence that says why."""
 
     class Meta:
         model = Queue
@@ -22,6 +27,17 @@ class RoutingForm(forms.ModelForm[Queue]):
             "auto_apply_threshold": forms.NumberInput(attrs={"step": "any"}),
             "reward_threshold": forms.NumberInput(attrs={"step": "any"}),
         }
+
+    def __init__(self, *args: Any, evidence: Evidence, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.evidence = evidence
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        refused = rule_refusals(values=self.cleaned_data, evidence=self.evidence)
+        for name, sentence in refused.items():
+            self.add_error(name, sentence)
+        return self.cleaned_data
 
     def gateway_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in GATEWAY_FIELDS]

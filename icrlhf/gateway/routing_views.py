@@ -1,5 +1,7 @@
 """The web app's side of the gateway: a queue's routing rules, which curators edit."""
 
+import copy
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
@@ -11,15 +13,23 @@ from icrlhf.gateway.forms import RoutingForm
 from icrlhf.generation.ranking import calibration_latest
 from icrlhf.queues.access import can_curate, queue_for_member
 from icrlhf.queues.models import Queue
-from icrlhf.queues.selectors import captured_waiting
+from icrlhf.queues.rules import evidence_of, rules_summary
 from icrlhf.queues.services import routing_update
 from icrlhf.review import guard
+from icrlhf.review.calibrations import MIN_ITEMS
 
 
 def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     may_edit = can_curate(request.user, queue)
-    form = RoutingForm(request.POST or None, instance=queue)
+    calibration = calibration_latest(queue_id=queue.pk)
+    pause = guard.pause_active(queue)
+    evidence = evidence_of(
+        queue=queue, calibration=calibration, paused=pause is not None, needed=MIN_ITEMS
+    )
+    # The form validates into a copy: a refused form leaves the page (the summary, the
+    # audits' watch, the current threshold) describing the rules as saved.
+    form = RoutingForm(request.POST or None, instance=copy.copy(queue), evidence=evidence)
     if request.method == "POST":
         if not may_edit:
             raise PermissionDenied("Only the queue's curators and admins change its routing.")
@@ -39,10 +49,11 @@ def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
             (change, [(_label(name), old, new) for name, (old, new) in change.changes.items()])
             for change in queue.routing_changes.select_related("changed_by")[:20]
         ],
-        "captured_waiting": captured_waiting(queue=queue),
-        "calibration": calibration_latest(queue_id=queue.pk),
+        "rules": rules_summary(queue=queue, evidence=evidence),
+        "evidence": evidence,
+        "calibration": calibration,
         "watch": guard.watch(queue),
-        "pause": guard.pause_active(queue),
+        "pause": pause,
     }
     return render(request, "gateway/routing.html", context, status=400 if form.errors else 200)
 

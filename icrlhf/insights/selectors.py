@@ -127,6 +127,66 @@ def _p_value(a: Arm, b: Arm) -> float | None:
     return two_proportion_p(a.accepted, a.reviewed, b.accepted, b.reviewed)
 
 
+# Below this many decided items in an arm, a difference that is not significant says nothing
+# yet ("not enough to tell"); with as many in each, it says the difference is small. (A test
+# of two proportions at 30 each catches a gap of about 35 points four times in five.)
+ENOUGH_PER_ARM = 30
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two arms compared, in words: what the numbers say and what to do next; the test
+    behind them is `detail`, shown one click away."""
+
+    telling: bool  # the difference means something: significant, or enough in each arm
+    said: str
+    next: str | None
+    detail: str | None
+
+
+def compare(
+    first: Arm,
+    second: Arm,
+    *,
+    effect: str,
+    names: tuple[str, str],
+    blocked: str | None = None,
+) -> Comparison:
+    """`effect` names what the difference measures ("Memory's effect"), `names` the arms;
+    `blocked` is what to do when an arm can get no items (its share is 0)."""
+    counts = f"{first.reviewed} {names[0]}, {second.reviewed} {names[1]}"
+    difference, p = _difference(first, second), _p_value(first, second)
+    detail = (
+        None
+        if difference is None or p is None
+        else f"A difference of {difference * 100:+.0f} points; a two-sided test of two "
+        "proportions (Fisher's exact test where a count is expected below 5) gives "
+        f"p = {p:.3f}, the chance of a gap at least this large were both arms alike. Below "
+        "0.05, the difference is taken as real."
+    )
+    missing = [
+        f"{ENOUGH_PER_ARM - arm.reviewed} more {name}"
+        for arm, name in zip((first, second), names, strict=True)
+        if arm.reviewed < ENOUGH_PER_ARM
+    ]
+    more = blocked or (
+        f"decide {' and '.join(missing)}: {ENOUGH_PER_ARM} in each are enough to tell."
+        if missing
+        else None
+    )
+    if difference is None or p is None:
+        return Comparison(False, f"{effect}: nothing to compare yet ({counts}).", more, None)
+    points = f"{difference * 100:+.0f} points"
+    if p < 0.05:
+        said = f"{effect}: {points}, more than chance would explain ({counts})."
+        return Comparison(True, said, None, detail)
+    if missing:
+        said = f"{effect}: not enough decided items to tell yet ({counts})."
+        return Comparison(False, said, more, detail)
+    said = f"{effect}: no clear difference ({points} could be chance; {counts})."
+    return Comparison(True, said, None, detail)
+
+
 @dataclass(frozen=True)
 class Holdout:
     """What memory is worth on the queue's own traffic: served answers shaped by memory
@@ -136,6 +196,7 @@ class Holdout:
     without_memory: Arm
     # Per day (the dashboard's days): (with memory, without).
     by_day: list[tuple[Arm, Arm]]
+    words: Comparison
 
     @property
     def difference(self) -> float | None:
@@ -205,6 +266,7 @@ class Anchoring:
 
     shown: Arm
     blind: Arm
+    words: Comparison
 
     @property
     def difference(self) -> float | None:
@@ -388,7 +450,19 @@ def _holdout(queue: Queue, days: list[date]) -> Holdout:
             arm.reviewed += 1
             arm.accepted += accepted
     return Holdout(
-        with_memory=with_memory, without_memory=without_memory, by_day=list(by_day.values())
+        with_memory=with_memory,
+        without_memory=without_memory,
+        by_day=list(by_day.values()),
+        words=compare(
+            with_memory,
+            without_memory,
+            effect="Memory's effect",
+            names=("with memory", "without"),
+            blocked=None
+            if queue.holdout_percent
+            else "set a holdout share in the routing rules: with none, no more calls are "
+            "answered without memory to compare with.",
+        ),
     )
 
 
@@ -491,7 +565,20 @@ def _anchoring(queue: Queue, days: list[date]) -> Anchoring:
         arm.accepted += decision.verdict != Decision.Verdict.NONE_ACCEPTABLE and answer_key(
             decision.final_text
         ) == answer_key(kind.example_text(text=top.text, fields=top.fields))
-    return Anchoring(shown=shown, blind=blind)
+    return Anchoring(
+        shown=shown,
+        blind=blind,
+        words=compare(
+            shown,
+            blind,
+            effect="What the order adds",
+            names=("shown first", "blind"),
+            blocked=None
+            if queue.blind_percent
+            else "set a blind share in the routing rules: with none, no more items are shown "
+            "blind to compare with.",
+        ),
+    )
 
 
 def queue_calls(*, queue: Queue) -> QuerySet[Call]:

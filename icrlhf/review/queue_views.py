@@ -5,6 +5,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from icrlhf.accounts.ratelimit import attempt_allowed, seconds_left_in_window
+from icrlhf.generation.ranking import calibration_latest
 from icrlhf.generation.services import item_create
 from icrlhf.queues.access import (
     can_curate,
@@ -15,7 +16,10 @@ from icrlhf.queues.access import (
 )
 from icrlhf.queues.forms import ItemCreateForm
 from icrlhf.queues.models import Item, Queue
-from icrlhf.queues.selectors import captured_waiting, queue_items_recent, queues_with_counts
+from icrlhf.queues.rules import evidence_of, rules_summary
+from icrlhf.queues.selectors import queue_items_recent, queues_with_counts
+from icrlhf.review import guard
+from icrlhf.review.calibrations import MIN_ITEMS
 from icrlhf.triage.forms import TicketCreateForm, TicketFilterForm
 from icrlhf.triage.selectors import tickets_channels, tickets_for_queue
 from icrlhf.triage.services import ticket_create
@@ -73,7 +77,16 @@ def _queue_page(
         "form": form,
         "can_review": can_review(request.user, queue),
         "can_curate": can_curate(request.user, queue),
-        "captured_waiting": captured_waiting(queue=queue),
+        # The summary of its routing rules, as they act (gateway/routing_summary.html).
+        "rules": rules_summary(
+            queue=queue,
+            evidence=evidence_of(
+                queue=queue,
+                calibration=calibration_latest(queue_id=queue.pk),
+                paused=guard.pause_active(queue) is not None,
+                needed=MIN_ITEMS,
+            ),
+        ),
     }
     if queue.kind == Queue.Kind.TRIAGE:
         filters = TicketFilterForm(

@@ -1,6 +1,8 @@
 """The routing rules on the web: who sees and changes them, the audit of each change, the
 queue page's summary, and the dashboard's holdout comparison from real decisions."""
 
+import html
+import re
 from typing import Any
 
 import pytest
@@ -145,10 +147,12 @@ def test_the_dashboard_compares_served_answers_with_memory_and_held_out(
     for accepted in [True] * 5 + [False] * 15:
         captured(queue, holdout=True, accepted=accepted, reviewer=reviewer)
 
-    page = client_of(reviewer).get(f"/q/{queue.slug}/dashboard/").content.decode()
+    page = html.unescape(client_of(reviewer).get(f"/q/{queue.slug}/dashboard/").content.decode())
     assert "<strong>90%</strong><span>accepted, served with memory (20 reviewed" in page
     assert "<strong>25%</strong><span>accepted, held out without memory (20 reviewed" in page
-    assert "<strong>+65 pts</strong>" in page and "significant at 5% (p = 0.000)" in page
+    assert "<strong>+65 pts</strong>" in page
+    assert "Memory's effect: +65 points, more than chance would explain (20 with memory" in page
+    assert "p = 0.000" in page.split("<summary>The test behind this</summary>")[1]
     assert "Served answers reviewers accepted as they were" in page  # the chart
 
 
@@ -328,3 +332,144 @@ def test_the_curator_sets_answering_from_memory_by_confidence_from_its_own_evide
     assert low.status_code == 400
     stranger = client_of(UserFactory())
     assert stranger.get(f"/q/{queue.slug}/routing/").status_code == 404
+
+
+def refused(response: Any) -> str:
+    assert response.status_code == 400
+    return html.unescape(response.content.decode())
+
+
+@pytest.mark.django_db
+def test_automation_with_no_confidence_fitted_is_refused_and_nothing_is_saved() -> None:
+    curator = UserFactory()
+    queue = QueueFactory(curators=[curator])
+    typed = {**RULES, "auto_apply_threshold": "0.9", "capture_percent": "40"}
+    page = refused(client_of(curator).post(f"/q/{queue.slug}/routing/", typed))
+    assert (
+        "Automation cannot run yet: there is no confidence to compare with a threshold. No "
+        "decided items yet: 30 are needed before a threshold can be recommended." in page
+    )
+    # What was typed stays in the form; the rest of the page describes the rules as saved.
+    assert 'name="auto_apply_threshold" value="0.9"' in page
+    assert 'name="capture_percent" value="40"' in page
+    assert "Watched by its audits" not in page
+    queue.refresh_from_db()
+    assert (queue.auto_apply_threshold, queue.capture_percent) == (None, 0)
+    assert not RoutingChange.objects.exists()
+
+
+@pytest.mark.django_db
+def test_answering_by_confidence_with_no_memory_confidence_is_refused() -> None:
+    curator = UserFactory()
+    queue = QueueFactory(curators=[curator])
+    calibrated(queue)  # the ranking's confidence, but none for memory alone
+    typed = {**RULES, "memory_answer_confidence": "0.9"}
+    page = refused(client_of(curator).post(f"/q/{queue.slug}/routing/", typed))
+    assert "Answering from memory by confidence cannot run yet" in page
+    assert "No decided items with an answer from memory among their candidates yet" in page
+    queue.refresh_from_db()
+    assert queue.memory_answer_confidence is None and not RoutingChange.objects.exists()
+
+
+@pytest.mark.django_db
+def test_low_reward_review_without_a_reward_bar_is_refused() -> None:
+    curator = UserFactory()
+    queue = QueueFactory(curators=[curator])
+    page = client_of(curator)
+    typed = {**RULES, "capture_low_reward": "on", "reward_threshold": ""}
+    shown = refused(page.post(f"/q/{queue.slug}/routing/", typed))
+    assert "Low-reward review needs a reward bar to compare runs with" in shown
+    assert re.search(r'<input type="checkbox" name="capture_low_reward"[^>]* checked>', shown)
+    queue.refresh_from_db()
+    assert not queue.capture_low_reward and not RoutingChange.objects.exists()
+
+    saved = page.post(f"/q/{queue.slug}/routing/", {**typed, "reward_threshold": "0.5"})
+    assert saved.status_code == 302
+    queue.refresh_from_db()
+    assert queue.capture_low_reward and queue.reward_threshold == 0.5
+
+
+def calibrated(queue: Any, **fields: Any) -> Calibration:
+    calibration: Calibration = Calibration.objects.create(
+        queue=queue,
+        features=list(FEATURES),
+        coefficients=[0.0] * (len(FEATURES) + 1),
+        top_coefficients=[0.0, 1.0],
+        items=40,
+        candidates=160,
+        accepted_share=0.7,
+        **fields,
+    )
+    return calibration
+
+
+def decide_ranked(queue: Any, count: int) -> None:
+    from django.utils import timezone
+
+    from icrlhf.generation.models import Generation
+    from tests.factories import DecisionFactory
+
+    for _ in range(count):
+        item = ItemFactory(queue=queue, status=Item.Status.DECIDED)
+        generation = ready_generation(item, ["an answer"])
+        Generation.objects.filter(pk=generation.pk).update(ranked_at=timezone.now())
+        DecisionFactory(generation=generation, item=item)
+
+
+@pytest.mark.django_db
+def test_the_routing_page_says_how_far_the_queue_is_and_what_to_do_next() -> None:
+    curator, reviewer = UserFactory(), UserFactory()
+    queue = QueueFactory(curators=[curator], members=[reviewer], capture_percent=5)
+    decide_ranked(queue, 12)
+    page = html.unescape(client_of(curator).get(f"/q/{queue.slug}/routing/").content.decode())
+    assert (
+        "No confidence yet. 12 of 30 decided items needed before a threshold can be "
+        "recommended: decide 18 more." in page
+    )
+    assert "once at least 30 items are decided" not in page
+    assert "Next: decide 18 more items in this queue so a threshold can be recommended." in page
+    assert "Next:" not in client_of(reviewer).get(f"/q/{queue.slug}/routing/").content.decode()
+
+
+@pytest.mark.django_db
+def test_the_audits_watch_is_said_in_words_and_the_test_is_one_click_away() -> None:
+    curator = UserFactory()
+    queue = QueueFactory(curators=[curator], auto_apply_threshold=0.9)
+    calibrated(queue)
+    page = client_of(curator).get(f"/q/{queue.slug}/routing/").content.decode()
+    watch = page.split('id="automation-watch">')[1].split("</p>")[0]
+    assert "no audit decided yet at this threshold" in watch
+    assert "right less often than 90% of the time" in watch
+    assert "sequential" not in watch
+    method = page.split("<summary>How the audits are tested</summary>")[1].split("</details>")[0]
+    assert "sequential test" in method and "under 5% false alarms" in method
+
+
+@pytest.mark.django_db
+def test_the_queue_page_never_says_no_calls_are_captured_while_a_rule_captures() -> None:
+    reviewer = UserFactory()
+    queue = QueueFactory(
+        members=[reviewer], capture_low_reward=True, reward_threshold=0.5, auto_apply_threshold=0.9
+    )
+    ItemFactory(queue=queue, source=Item.Source.GATEWAY, status=Item.Status.READY)
+    page = html.unescape(client_of(reviewer).get(f"/q/{queue.slug}/").content.decode())
+    assert "captures no calls" not in page
+    assert "reviews the steps of runs rewarded below 0.5 (at most 3 per run)" in page
+    # No confidence is fitted: the threshold is saved but automation cannot run.
+    assert "applies the first candidate" not in page
+    assert "set at confidence ≥ 0.9 but cannot run yet" in page
+    assert "1 captured call to review" in page
+
+
+@pytest.mark.django_db
+def test_automation_saved_before_any_confidence_is_said_not_to_run() -> None:
+    """Saved before the form refused it: the page says it does nothing, and what to do."""
+    curator = UserFactory()
+    queue = QueueFactory(curators=[curator], auto_apply_threshold=0.9, capture_percent=5)
+    decide_ranked(queue, 12)
+    page = html.unescape(client_of(curator).get(f"/q/{queue.slug}/routing/").content.decode())
+    assert "Automation is set but cannot run</strong> until a confidence is fitted" in page
+    assert (
+        "Next: decide 18 more items in this queue so a confidence can be fitted: automation is "
+        "set but cannot run until then (or clear its threshold)." in page
+    )
