@@ -329,6 +329,11 @@ GENERATION_SWEEP_INTERVAL_S = env_int("GENERATION_SWEEP_INTERVAL_S", 60)
 # rows, lost its message (a broker restart): the sweeper enqueues it again. Must exceed the
 # longest retry backoff (60 s).
 GENERATION_LOST_AFTER_S = env_int("GENERATION_LOST_AFTER_S", 120)
+# Review generation's share of an endpoint (its base URL): at most this many generations call
+# it at once, across every worker (counted in the cache's Redis); the others wait, pending, and
+# ask again shortly. The gateway's calls take no share, so a flood of captured items never
+# fills the endpoint that applications are served from. 0: no cap.
+REVIEW_GENERATION_MAX_CONCURRENT = env_int("REVIEW_GENERATION_MAX_CONCURRENT", 2)
 
 # acks_late redelivers a task whose worker died only after the visibility timeout: it must
 # exceed the longest a task can legitimately run (one LLM call and its backoff), or Redis

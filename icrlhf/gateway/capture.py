@@ -14,7 +14,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from icrlhf.gateway.models import Call
@@ -22,6 +22,7 @@ from icrlhf.generation.services import Served, item_create
 from icrlhf.ingest.services import CreationLimitReached, token_creation_check
 from icrlhf.integrations.redaction import scrub
 from icrlhf.queues.models import Item, Queue
+from icrlhf.trajectories.models import Feedback
 from icrlhf.trajectories.selectors import APPROVAL_ALLOWS_MEMORY, low_reward_q
 
 logger = logging.getLogger(__name__)
@@ -145,9 +146,9 @@ def captures_lost() -> list[uuid.UUID]:
 def low_reward_steps_mark() -> int:
     """Choose for review the calls of agent steps rewarded below their queue's bar (the step's
     own reward, its run's, or a run reported failed), where the queue asks for it: at most the
-    queue's cap per run, its earliest steps, and nothing from a run awaiting (or refused) a
-    reviewer's approval. The sweep then captures them as it captures any chosen call. Returns
-    how many were chosen."""
+    queue's cap per run, its earliest steps, nothing from a run awaiting (or refused) a
+    reviewer's approval, and nothing rewarded before the queue turned the rule on. The sweep
+    then captures them as it captures any chosen call. Returns how many were chosen."""
     recent = Call.objects.filter(
         queue__capture_low_reward=True,
         queue__reward_threshold__isnull=False,
@@ -157,6 +158,7 @@ def low_reward_steps_mark() -> int:
     eligible = list(
         recent.filter(
             low_reward_q("step__", F("queue__reward_threshold")),
+            _rewarded_since_the_rule(),
             capture=Call.Capture.NONE,
             item__isnull=True,
             status_code=200,
@@ -176,6 +178,19 @@ def low_reward_steps_mark() -> int:
             taken[run] += 1
             chosen.append(call_id)
     return Call.objects.filter(pk__in=chosen).update(capture=Call.Capture.LOW_REWARD)
+
+
+def _rewarded_since_the_rule() -> Q:
+    """Calls whose step or run was rewarded below the bar (or reported failed) at or after the
+    moment their queue turned the rule on: it never reaches back to runs rewarded before it
+    existed. A queue that turned it on before that moment was recorded has no bound."""
+    bar = OuterRef("queue__reward_threshold")
+    low = Feedback.objects.filter(
+        Q(step=OuterRef("step")) | Q(trajectory=OuterRef("step__trajectory"), step__isnull=True),
+        Q(reward__lt=bar) | Q(success=False),
+        created_at__gte=OuterRef("queue__capture_low_reward_since"),
+    )
+    return Q(queue__capture_low_reward_since__isnull=True) | Q(Exists(low))
 
 
 def item_deleted(*, item_id: int) -> None:

@@ -6,6 +6,7 @@ re-swept task never does the work twice."""
 import logging
 import random
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import timedelta
 from typing import Any
@@ -15,7 +16,7 @@ from django.db import transaction
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from icrlhf.generation import ranking, selectors, signals, tasks
+from icrlhf.generation import endpoint_share, ranking, selectors, signals, tasks
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.prompts import conversation_prompt, messages_build
 from icrlhf.integrations import database, llm
@@ -175,7 +176,7 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
         generation_finish_if_complete(generation_id=generation_id)
     elif generating_here:
         generation.messages = messages
-        _candidates_run_or_fail(generating_here)
+        _candidates_run_in_share(generating_here, run=_candidates_run_or_fail)
     return candidate_ids
 
 
@@ -249,10 +250,66 @@ def candidates_generate(*, candidate_ids: list[int]) -> None:
     A transient error puts its candidate back to pending and schedules it again, alone, with
     backoff. Attempts are capped on the row, not on a task: a candidate enqueued again (by
     the sweeper, by a redelivery) never calls the model more than LLM_MAX_RETRIES + 1 times.
+    The model is called within review's share of its endpoint (endpoint_share.py); while that
+    is all in use, the candidates wait for it, their attempt not counted. A candidate stopped
+    meanwhile (its item decided) is not claimed: the task returns without calling the model.
     """
     claimed = _candidates_claim(candidate_ids)
     if claimed:
-        _candidates_run(claimed)
+        _candidates_run_in_share(claimed, run=_candidates_run)
+
+
+def _candidates_run_in_share(
+    claimed: list[Candidate], *, run: Callable[[list[Candidate]], None]
+) -> None:
+    """`run` the claimed candidates within review's share of their endpoint; when it is all
+    in use, they wait for it instead (endpoint_share.py)."""
+    slot = endpoint_share.slot_take(api_base=claimed[0].generation.api_base)
+    if slot is None:
+        _candidates_wait_for_share(claimed)
+        return
+    try:
+        run(claimed)
+    finally:
+        endpoint_share.slot_give_back(slot)
+
+
+# A generation waiting for its endpoint's share asks again after this long, doubled at each
+# step of its fair priority: the next in its queue asks every ¼ s, far down a flood every 30 s.
+# A slot that comes free goes to whoever asks first, so the next of a queue with nothing
+# waiting goes ahead of a flood's backlog, as the broker's priorities do; and a flood of a
+# thousand waiting costs the workers a few dozen asks a second, not thousands.
+SHARE_WAIT_FIRST_S = 0.25
+SHARE_WAIT_MAX_S = 30.0
+
+
+def _share_wait_s(priority: int) -> float:
+    return min(SHARE_WAIT_MAX_S, SHARE_WAIT_FIRST_S * (1 << priority)) * random.uniform(0.75, 1.25)
+
+
+def _candidates_wait_for_share(claimed: list[Candidate]) -> None:
+    """Put claimed candidates back to pending, their attempt not counted (the model was not
+    asked), and ask again later, at their fair priority. `retry_at` tells the sweeper that a
+    message is on its way (recovery.py)."""
+    generation = claimed[0].generation
+    priority = fair_priority(generation_id=generation.pk, queue_id=generation.item.queue_id)
+    countdown = _share_wait_s(priority)
+    candidate_ids = [c.pk for c in claimed]
+    waiting = Candidate.objects.filter(
+        pk__in=candidate_ids, status=Candidate.Status.RUNNING
+    ).update(
+        status=Candidate.Status.PENDING,
+        attempts=F("attempts") - 1,
+        lease_expires_at=None,
+        retry_at=timezone.now() + timedelta(seconds=countdown),
+    )
+    if waiting:  # none: stopped meanwhile (the item was decided)
+        transaction.on_commit(
+            lambda: tasks.candidates_generate.apply_async(
+                (candidate_ids,), countdown=countdown, priority=priority
+            ),
+            robust=True,
+        )
 
 
 def _candidates_run(claimed: list[Candidate]) -> None:

@@ -50,7 +50,10 @@ def generations_sweep(*, broker_backlog: int) -> Sweep:
         Candidate.objects.filter(
             status=Candidate.Status.PENDING, generation__status=Generation.Status.RUNNING
         )
-        .annotate(waiting_since=Coalesce("started_at", "generation__prepared_at"))
+        # Waiting since its retry (or its ask for a share of the endpoint) was due, its
+        # latest attempt, or its generation's preparation: a candidate waiting for a share
+        # asks again every few seconds and is never stale while it does.
+        .annotate(waiting_since=Coalesce("retry_at", "started_at", "generation__prepared_at"))
         .filter(waiting_since__lt=lost_before)
         .values_list("pk", "generation_id", "started_at")
     )

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from icrlhf.generation import selectors, tasks
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.generation.pipeline import fair_priority
+from icrlhf.generation.pipeline import fair_priority, generation_finish_if_complete
 from icrlhf.kinds import kind_of
 from icrlhf.memory.models import Example
 from icrlhf.queues import services as queue_services
@@ -155,10 +155,56 @@ def _served_fill(candidate: Candidate, *, served: Served, queue: Queue) -> None:
     )
 
 
+# What a candidate stopped by its item's decision says. Failed, so that its task, a retry
+# and the sweeper all leave it alone; no colon, so every reviewer reads the whole sentence.
+STOPPED_BY_DECISION = "Stopped because the item was decided before this answer arrived."
+
+
+@transaction.atomic(savepoint=False)
+def generations_stop_if_decided(*, item_id: int) -> int:
+    """Once an item is decided (by every reviewer it asks for), nothing more is generated for
+    it: its candidates still waiting or generating are stopped, so that their tasks and
+    retries find nothing to claim (DESIGN, "Tasks: the rules": no model call) and an answer
+    already on its way is not saved; its unfinished generations finish with what they have.
+    An item still open to a reviewer (skipped, or waiting for a second one) goes on
+    generating: its candidates will be read. Returns how many candidates were stopped."""
+    if not Item.objects.filter(pk=item_id, status=Item.Status.DECIDED).exists():
+        return 0
+    stopped = Candidate.objects.filter(
+        generation__item_id=item_id,
+        status__in=[Candidate.Status.PENDING, Candidate.Status.RUNNING],
+    ).update(
+        status=Candidate.Status.FAILED,
+        error=STOPPED_BY_DECISION,
+        finished_at=timezone.now(),
+        lease_expires_at=None,
+        retry_at=None,
+    )
+    unfinished = list(
+        Generation.objects.filter(
+            item_id=item_id,
+            status__in=[
+                Generation.Status.PENDING,
+                Generation.Status.PREPARING,
+                Generation.Status.RUNNING,
+            ],
+        ).values_list("pk", flat=True)
+    )
+    # Not prepared yet: a prepare task finds it taken, and returns.
+    Generation.objects.filter(
+        pk__in=unfinished, status__in=[Generation.Status.PENDING, Generation.Status.PREPARING]
+    ).update(status=Generation.Status.RUNNING, lease_expires_at=None)
+    for generation_id in unfinished:
+        generation_finish_if_complete(generation_id=generation_id)
+    return stopped
+
+
 @transaction.atomic
 def candidate_retry(*, candidate_id: int) -> None:
     """Try a failed candidate again; its item shows it when it arrives."""
     candidate = Candidate.objects.select_related("generation__item").get(pk=candidate_id)
+    if candidate.generation.item.status == Item.Status.DECIDED:
+        raise ValidationError("This item is decided: its candidates are not generated any more.")
     retried = Candidate.objects.filter(pk=candidate_id, status=Candidate.Status.FAILED).update(
         status=Candidate.Status.PENDING, error="", attempts=0, finished_at=None
     )

@@ -11,8 +11,10 @@ integers), so `cache.get` reads them either way.
 Every function raises when the cache's server cannot be reached: the caller decides whether
 that opens or closes its limit."""
 
+import math
 from collections.abc import Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from functools import cache as memoized
 
 import redis
@@ -81,3 +83,35 @@ def subtract(key: str, amount: int) -> None:
         return
     with suppress(ValueError):  # expired: nothing left to take back
         cache.decr(key, amount)
+
+
+# Slots (calls in flight): counted in the time bucket they were taken in, and a bucket counts
+# only while a call taken in it could still be running, so that a slot never given back (a
+# process killed mid-call) drops out by itself instead of shrinking the share for good.
+BUCKET_S = 30
+
+
+@dataclass(frozen=True)
+class Slot:
+    key: str  # the bucket's counter; empty when nothing was counted (no cap, or no cache)
+
+
+def slot_take(name: str, *, cap: int, longest_s: float, now: float) -> Slot | None:
+    """A slot of `name`'s `cap`, or None when all are taken; a call that holds it ends within
+    `longest_s`. Raises when the cache's server cannot be reached."""
+    alive = math.ceil(longest_s / BUCKET_S) + 1
+    bucket = int(now // BUCKET_S)
+    keys = [f"{name}:{bucket - age}" for age in range(alive)]
+    # Counted first, then compared: two calls racing for the last slot may both be refused,
+    # never both let in.
+    in_flight = add(keys[0], 1, timeout_s=(alive + 1) * BUCKET_S, plus=keys[1:])
+    if in_flight > cap:
+        subtract(keys[0], 1)
+        return None
+    return Slot(key=keys[0])
+
+
+def slot_give_back(slot: Slot) -> None:
+    """Raises when the cache's server cannot be reached."""
+    if slot.key:
+        subtract(slot.key, 1)  # unless its bucket expired: then it no longer counts

@@ -123,6 +123,10 @@ class Queue(models.Model):
         "and N candidate next actions made with the same tools. Calls more than a day old "
         "are not captured.",
     )
+    # When "review the steps of runs rewarded below the bar" was last turned on (queue_save,
+    # routing_update): only runs rewarded from then on are captured, never those rewarded
+    # before the rule existed. Empty where it was turned on before this was recorded.
+    capture_low_reward_since = models.DateTimeField(null=True, blank=True, editable=False)
     low_reward_captures_per_run = models.PositiveSmallIntegerField(
         "steps of one run sent to review at most",
         default=3,

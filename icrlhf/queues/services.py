@@ -4,6 +4,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from icrlhf.queues.models import MAX_CANDIDATES, Queue, RoutingChange
 
@@ -59,6 +60,7 @@ def queue_save(*, queue: Queue, actor: User | None = None) -> Queue:
             if stored.guidelines != queue.guidelines:
                 queue.guidelines_version = stored.guidelines_version + 1
             routing_before = {name: getattr(stored, name) for name in ROUTING_FIELDS}
+    _low_reward_rule_dated(queue, was_on=bool(routing_before.get("capture_low_reward")))
     queue.save()
     _routing_audit(queue, routing_before, actor)
     return queue
@@ -72,9 +74,17 @@ def routing_update(*, queue_id: int, values: dict[str, Any], actor: User) -> Que
     before = {name: getattr(queue, name) for name in ROUTING_FIELDS}
     for name in ROUTING_FIELDS:
         setattr(queue, name, values[name])
-    queue.save(update_fields=list(ROUTING_FIELDS))
+    _low_reward_rule_dated(queue, was_on=before["capture_low_reward"])
+    queue.save(update_fields=[*ROUTING_FIELDS, "capture_low_reward_since"])
     _routing_audit(queue, before, actor)
     return queue
+
+
+def _low_reward_rule_dated(queue: Queue, *, was_on: bool) -> None:
+    """The low-reward capture rule captures runs rewarded from the moment it is turned on,
+    never those rewarded before (gateway/capture.py)."""
+    if queue.capture_low_reward and not was_on:
+        queue.capture_low_reward_since = timezone.now()
 
 
 def _routing_audit(queue: Queue, before: dict[str, Any], actor: User | None) -> None:

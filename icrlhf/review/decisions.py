@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from icrlhf.generation import selectors as generation_selectors
+from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.integrations import webhooks
 from icrlhf.kinds import Final, kind_of
@@ -155,6 +156,8 @@ def decision_record(
     automation.audit_record(decision=decision)
     Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
     _item_settle(item)
+    # Decided (picked, edited or none acceptable): its candidates still coming are not wanted.
+    generation_services.generations_stop_if_decided(item_id=item.pk)
     return decision
 
 

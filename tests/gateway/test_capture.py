@@ -20,7 +20,8 @@ from icrlhf.generation import pipeline, recovery
 from icrlhf.generation import tasks as generation_tasks
 from icrlhf.generation.models import Candidate
 from icrlhf.ingest.services import token_create
-from icrlhf.queues.models import Item
+from icrlhf.queues.models import Item, Queue
+from icrlhf.queues.services import ROUTING_FIELDS, queue_save, routing_update
 from icrlhf.trajectories.feedback import feedback_record
 from icrlhf.trajectories.selectors import LowRewardCaptures, low_reward_captures_of
 from tests.conftest import LLMAnswer, wait_for
@@ -446,3 +447,71 @@ def test_captures_from_a_low_reward_are_capped_per_run_and_wait_for_approval(
     gateway_tasks.captures_sweep()
     waiting = Call.objects.get(pk=limited[0].pk)
     assert (waiting.capture, waiting.item) == (Call.Capture.LOW_REWARD, None)
+
+
+def test_turning_low_reward_captures_on_never_reaches_back_to_runs_rewarded_before(
+    llm_answer: LLMAnswer,
+) -> None:
+    """Issue 46: turning the rule on sent runs reported failed before it existed to review.
+    Only runs rewarded (or reported failed) from the moment it is turned on are captured."""
+    llm_answer("Let me look into that for you.")
+    client, queue = app_for(capture_percent=0, reward_threshold=0.5)
+    failed_before = run_through(client, "run-before", ["My card was swallowed."])
+    low_before = run_through(client, "step-before", ["My card is bent."])
+    feedback_record(
+        queue=queue,
+        token=None,
+        call_id=None,
+        trajectory_ref="run-before",
+        reward=None,
+        success=False,
+    )
+    feedback_record(
+        queue=queue,
+        token=None,
+        call_id=low_before[0].pk,
+        trajectory_ref=None,
+        reward=0.1,
+        success=None,
+    )
+    gateway_tasks.captures_sweep()  # the rule is off: nothing
+    # A curator turns the rule on, on the queue's routing page.
+    routing = {name: getattr(queue, name) for name in ROUTING_FIELDS}
+    routing_update(
+        queue_id=queue.pk, values={**routing, "capture_low_reward": True}, actor=UserFactory()
+    )
+    failed_after = run_through(client, "run-after", ["My card was stolen."])
+    feedback_record(
+        queue=queue,
+        token=None,
+        call_id=None,
+        trajectory_ref="run-after",
+        reward=None,
+        success=False,
+    )
+    gateway_tasks.captures_sweep()
+    captured = set(
+        Call.objects.filter(queue=queue, item__isnull=False).values_list("pk", flat=True)
+    )
+    assert captured == {failed_after[0].pk}
+    assert Call.objects.get(pk=failed_before[0].pk).capture == Call.Capture.NONE
+
+    # Rewarded low again after the rule: that reward is the rule's to act on.
+    feedback_record(
+        queue=queue, token=None, call_id=None, trajectory_ref="run-before", reward=0.0, success=None
+    )
+    gateway_tasks.captures_sweep()
+    assert Call.objects.get(pk=failed_before[0].pk).item is not None
+    assert Call.objects.get(pk=low_before[0].pk).item is None
+
+    # Saved again while on (the admin's save), the moment stays; off and on again, it moves.
+    queue.refresh_from_db()
+    turned_on = queue.capture_low_reward_since
+    assert turned_on is not None
+    queue_save(queue=queue)
+    assert Queue.objects.get(pk=queue.pk).capture_low_reward_since == turned_on
+    queue.capture_low_reward = False
+    queue_save(queue=queue)
+    queue.capture_low_reward = True
+    queue_save(queue=queue)
+    assert Queue.objects.get(pk=queue.pk).capture_low_reward_since > turned_on

@@ -4,14 +4,22 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
-from icrlhf.generation import pipeline
+from icrlhf.generation import pipeline, recovery, tasks
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.services import STOPPED_BY_DECISION, candidate_retry, item_create
+from icrlhf.integrations import llm
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.claims import DecisionConflict
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
-from tests.factories import CandidateFactory, GenerationFactory, ItemFactory, ready_generation
+from tests.factories import (
+    CandidateFactory,
+    GenerationFactory,
+    ItemFactory,
+    UserFactory,
+    ready_generation,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -222,3 +230,76 @@ def test_a_multi_line_candidate_picked_unchanged_from_a_browser_is_a_pick(
     )
     decision = Decision.objects.get()
     assert (decision.verdict, decision.final_text) == ("chosen", "Line one.\nLine two.")
+
+
+def test_a_decision_stops_the_candidates_still_coming(
+    queue: Any,
+    user: Any,
+    llm_answer: Any,
+    vector_store: Any,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Deciding an item (none acceptable, here) stops its candidates still waiting, waiting
+    for a retry, or generating: their tasks then return without calling the model, an answer
+    on its way when the decision came is not saved, and nothing sweeps or retries them."""
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user, n_candidates=4)
+    generation = item.generations.get()
+    pipeline.generation_prepare(generation_id=generation.pk)
+    first, retrying, generating, waiting = generation.candidates.order_by("pk")
+    llm_answer("It ships tomorrow.")
+    pipeline.candidate_generate(candidate_id=first.pk)
+    llm_answer("litellm.RateLimitError")
+    with django_capture_on_commit_callbacks(execute=False) as retry:
+        pipeline.candidate_generate(candidate_id=retrying.pk)
+    assert len(retry) == 1 and Candidate.objects.get(pk=retrying.pk).retry_at is not None
+    [on_its_way] = pipeline._candidates_claim([generating.pk])  # its call is in flight
+
+    decision_record(item_id=item.pk, reviewer=user, verdict="none_acceptable")
+
+    asked: list[Any] = []
+    monkeypatch.setattr(pipeline.llm, "complete_n", lambda call, n: asked.append(call) or iter(()))
+    tasks.candidate_generate.apply(args=[retrying.pk])  # its retry comes due
+    tasks.candidates_generate.apply(args=[[waiting.pk]])  # its first message arrives late
+    answer = llm.Completion(
+        text="Late.", model="m", prompt_tokens=1, completion_tokens=1, cost_usd=0.0, latency_ms=5
+    )
+    pipeline._candidates_save([(on_its_way, answer)], queue=queue)
+    assert asked == []
+    stopped = Candidate.objects.filter(pk__in=[retrying.pk, generating.pk, waiting.pk])
+    assert {(c.status, c.error, c.text) for c in stopped} == {
+        (Candidate.Status.FAILED, STOPPED_BY_DECISION, "")
+    }
+    assert Candidate.objects.get(pk=first.pk).status == Candidate.Status.DONE
+    generation.refresh_from_db()
+    assert generation.status == Generation.Status.DONE  # finished with what it had
+    assert Item.objects.get(pk=item.pk).status == Item.Status.DECIDED
+    settings.GENERATION_LOST_AFTER_S = 0
+    assert recovery.generations_sweep(broker_backlog=0).generate == []
+    with pytest.raises(ValidationError, match="decided"):
+        candidate_retry(candidate_id=waiting.pk)
+
+
+def test_an_item_still_open_to_a_reviewer_goes_on_generating(
+    queue: Any, user: Any, logged_in: Client
+) -> None:
+    """A skip hands the item back to the queue (to others at once, to the skipper after
+    everything else), and a first decision on an item that asks for two reviewers leaves it
+    to the second: its candidates keep coming for them. The last decision stops them."""
+    queue.reviewers_per_item = 2
+    queue.save()
+    item = ItemFactory(queue=queue, status=Item.Status.GENERATING)
+    generation = GenerationFactory(item=item, n_candidates=2, status=Generation.Status.RUNNING)
+    done = CandidateFactory(generation=generation, position=0)
+    coming = CandidateFactory(generation=generation, position=1, status=Candidate.Status.PENDING)
+    logged_in.post(f"/items/{item.pk}/skip/")
+    assert Candidate.objects.get(pk=coming.pk).status == Candidate.Status.PENDING
+    decision_record(item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=done.pk)
+    assert Candidate.objects.get(pk=coming.pk).status == Candidate.Status.PENDING
+
+    second = UserFactory()
+    queue.members.add(second)
+    decision_record(item_id=item.pk, reviewer=second, verdict="none_acceptable")
+    coming.refresh_from_db()
+    assert (coming.status, coming.error) == (Candidate.Status.FAILED, STOPPED_BY_DECISION)

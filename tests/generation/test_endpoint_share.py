@@ -1,0 +1,148 @@
+"""Review generation's share of an endpoint (issue 46): a flood of review work never takes
+more than REVIEW_GENERATION_MAX_CONCURRENT of an endpoint's calls at once; what waits is not
+a failure, asks again at its fair priority, and is not mistaken for lost by the sweeper."""
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from icrlhf.generation import endpoint_share, pipeline, recovery, tasks
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.generation.services import item_create
+from icrlhf.integrations import llm
+from tests.conftest import LLMAnswer
+from tests.factories import QueueFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def one_at_a_time(settings: Any) -> None:
+    settings.REVIEW_GENERATION_MAX_CONCURRENT = 1
+
+
+@pytest.fixture
+def model_calls(llm_answer: LLMAnswer, monkeypatch: pytest.MonkeyPatch) -> list[llm.Call]:
+    """The model calls review makes, each answered through litellm's offline switch."""
+    made: list[llm.Call] = []
+    real = llm.complete_n
+    llm_answer("It ships tomorrow.")
+
+    def complete_n(call: llm.Call, n: int) -> Any:
+        made.append(call)
+        return real(call, n)
+
+    monkeypatch.setattr(pipeline.llm, "complete_n", complete_n)
+    return made
+
+
+@pytest.fixture
+def sent_again(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(
+        tasks.candidates_generate,
+        "apply_async",
+        lambda args, **options: sent.append({"args": args, **options}),
+    )
+    return sent
+
+
+def _prepared(queue: Any, user: Any, *, inline: bool = False) -> Generation:
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
+    pipeline.generation_prepare(generation_id=item.generations.get().pk, inline=inline)
+    return Generation.objects.get(item=item)
+
+
+@pytest.mark.usefixtures("vector_store", "one_at_a_time")
+def test_a_generation_waits_for_its_endpoints_share_without_spending_an_attempt(
+    queue: Any,
+    user: Any,
+    model_calls: list[llm.Call],
+    sent_again: list[dict[str, Any]],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    generation = _prepared(queue, user)
+    ids = list(generation.candidates.order_by("pk").values_list("pk", flat=True))
+    held = endpoint_share.slot_take(api_base="")  # review's one call to the install's endpoint
+    assert held is not None
+    assert endpoint_share.slot_take(api_base="") is None
+
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.candidates_generate.apply(args=[ids])
+    assert model_calls == []
+    waiting = list(generation.candidates.all())
+    assert {(c.status, c.attempts) for c in waiting} == {(Candidate.Status.PENDING, 0)}
+    assert all(c.retry_at is not None for c in waiting)
+    # The batch asks again shortly, at its fair priority: nothing is ahead of it in its queue.
+    [again] = sent_again
+    assert again["args"] == (ids,) and again["priority"] == 0 and 0 < again["countdown"] <= 1
+
+    # Another endpoint's share is its own.
+    elsewhere = _prepared(QueueFactory(api_base="http://127.0.0.1:9/other/v1"), user)
+    pipeline.candidates_generate(candidate_ids=[c.pk for c in elsewhere.candidates.all()])
+    assert len(model_calls) == 1
+
+    endpoint_share.slot_give_back(held)
+    pipeline.candidates_generate(candidate_ids=ids)
+    assert len(model_calls) == 2
+    done = list(generation.candidates.all())
+    assert {(c.status, c.attempts) for c in done} == {(Candidate.Status.DONE, 1)}
+    assert endpoint_share.slot_take(api_base="") is not None  # given back after the call
+
+
+@pytest.mark.usefixtures("vector_store", "one_at_a_time")
+def test_a_prepare_task_that_generates_inline_waits_for_the_share_too(
+    queue: Any,
+    user: Any,
+    model_calls: list[llm.Call],
+    sent_again: list[dict[str, Any]],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    held = endpoint_share.slot_take(api_base="")
+    assert held is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        generation = _prepared(queue, user, inline=True)
+    assert model_calls == []
+    assert set(generation.candidates.values_list("status", "attempts")) == {("pending", 0)}
+    assert len(sent_again) == 1
+    assert generation.status == Generation.Status.RUNNING
+
+
+def test_a_slot_never_given_back_stops_counting_once_no_call_could_still_run(
+    one_at_a_time: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker killed mid-call never gives its slot back: review's share of the endpoint is
+    not shrunk for good."""
+    now = [1_000_000.0]
+    monkeypatch.setattr(endpoint_share, "clock", lambda: now[0])
+    assert endpoint_share.slot_take(api_base="") is not None  # its worker is killed
+    assert endpoint_share.slot_take(api_base="") is None
+    now[0] += endpoint_share._longest_call_s()
+    assert endpoint_share.slot_take(api_base="") is None  # the call could still be running
+    now[0] += 2 * endpoint_share.BUCKET_S
+    assert endpoint_share.slot_take(api_base="") is not None
+
+
+def test_a_candidate_waiting_for_the_share_is_not_swept_until_its_ask_is_overdue(
+    queue: Any, user: Any, settings: Any
+) -> None:
+    """Waiting for a share can outlast GENERATION_LOST_AFTER_S in a flood; the candidate asks
+    again every few seconds meanwhile, and a sweep enqueuing it again would double its asks
+    at every sweep. Only an ask overdue by that long was lost (its worker died)."""
+    item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
+    generation = item.generations.get()
+    long_ago = timezone.now() - timedelta(hours=1)
+    Generation.objects.filter(pk=generation.pk).update(
+        status=Generation.Status.RUNNING, prepared_at=long_ago
+    )
+    waiting = generation.candidates.first()
+    assert waiting is not None
+    soon = timezone.now() + timedelta(seconds=5)
+    Candidate.objects.filter(pk=waiting.pk).update(retry_at=soon, started_at=long_ago)
+    settings.GENERATION_LOST_AFTER_S = 120
+    swept = recovery.generations_sweep(broker_backlog=0).generate
+    assert waiting.pk not in swept and len(swept) == 2  # its siblings never asked
+    Candidate.objects.filter(pk=waiting.pk).update(retry_at=long_ago)
+    assert waiting.pk in recovery.generations_sweep(broker_backlog=0).generate
