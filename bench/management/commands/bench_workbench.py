@@ -8,6 +8,14 @@ Every fifth decision is an edit (its label, e, a few words, Ctrl+Enter); the oth
 Prints keystrokes per decision, the time from an item shown to its first pickable
 candidate, from a submit to the next pickable item, and the page's height at 1366×900.
 
+Before it, the step-review path: captured steps of a tool-calling agent (bench/captured_steps.py:
+a goal, three lookups with long results, N tool-call candidates, all done), decided on the
+step page as the reply path decides: the right action's number, Enter; every fifth an edit
+(e, Tab to its note, End, a few words, Ctrl+Enter). Prints keystrokes per step decision and
+the seconds from a step shown to its decision recorded (the server's answer to the submit),
+beside the reply path's figures, and what the decisions recorded (the right action; the
+edits with their words). It runs while nothing else is generating.
+
 Then the triage path: Banking77 tickets in a triage queue whose proposals the real local
 model writes (structured output). Knowing each ticket's true category, the reviewer picks a
 proposal that has it (its number, Enter), else picks the first and corrects the category
@@ -15,14 +23,18 @@ proposal that has it (its number, Enter), else picks the first and corrects the 
 share of valid proposals and keystrokes per triage."""
 
 import json
+import re
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlparse
 
 from django.conf import settings
-from django.core.management.base import CommandParser
+from django.contrib.auth.models import User
+from django.core.management.base import CommandError, CommandParser
 
+from bench import captured_steps
 from bench.world import WorldCommand, percentile, world
 from icrlhf.ops.stack import free_port
 from tests.support.fixed_latency_llm import FixedLatencyLLM
@@ -38,6 +50,9 @@ class Command(WorldCommand):
         parser.add_argument("--decisions", type=int, default=50)
         parser.add_argument("--candidates", type=int, default=4, help="N per item.")
         parser.add_argument("--latency", type=float, default=2.0, help="LLM latency, seconds.")
+        parser.add_argument(
+            "--steps", type=int, default=20, help="Captured agent steps to decide (0: none)."
+        )
         parser.add_argument(
             "--triage-tickets", type=int, default=10, help="Tickets on the triage path (0: none)."
         )
@@ -64,10 +79,15 @@ class Command(WorldCommand):
                     )
                 here.worker(concurrency=8)
                 _web, base = here.web()
+                steps: dict[str, Any] = {}
+                if options["steps"]:  # first, so that nothing else is generating meanwhile
+                    here.inside("bench_workbench", {**options, "phase": "steps"})
+                    steps = drive_steps(base, options["steps"])
+                    steps |= here.inside("bench_workbench", {**options, "phase": "steps-check"})
                 seeded = here.inside(
                     "bench_workbench", {**options, "phase": "seed", "llm_api_base": local_llm}
                 )
-                result = drive(base, options)
+                result = drive(base, options) | steps
                 if options["triage_tickets"]:
                     result |= drive_triage(base, seeded["gold"])
                 return result
@@ -75,21 +95,44 @@ class Command(WorldCommand):
             llm.stop()
 
     def measure(self, options: dict[str, Any]) -> dict[str, Any]:
+        if options["phase"] == "steps":
+            captured_steps.steps_seed(
+                count=options["steps"], candidates=options["candidates"], reviewer=_reviewer()
+            )
+            return {}
+        if options["phase"] == "steps-check":
+            return captured_steps.steps_decided()
         seed(decisions=options["decisions"], candidates=options["candidates"])
         return {"gold": seed_triage(options["triage_tickets"], options["llm_api_base"])}
 
     def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
+        steps = bool(options["steps"])
         self.stdout.write(
             f"{result['decisions']} decisions, keyboard only, N={options['candidates']}, LLM "
             f"{options['latency']} s: {result['keystrokes_per_decision']:.1f} keystrokes a "
             f"decision ({result['command_keys_per_decision']:.1f} of them commands, the rest "
             "typed text)"
+            + (
+                f"; {result['step_decisions']} captured agent steps (N={options['candidates']} "
+                f"tool calls): p50 {result['step_keystrokes_p50']:.0f} keystrokes a step "
+                f"({result['step_keystrokes_per_decision']:.1f} on average; "
+                f"{result['step_right_share']:.0%} decided for the right action, "
+                f"{result['step_edits_saved']} saved edited)"
+                if steps
+                else ""
+            )
         )
         self.stdout.write(
             f"Item shown → first candidate pickable: p50 {result['shown_to_pickable_p50_ms']:.0f}"
             f" ms, p95 {result['shown_to_pickable_p95_ms']:.0f} ms; submit → next item "
             f"pickable: p50 {result['submit_to_next_pickable_p50_ms']:.0f} ms, p95 "
             f"{result['submit_to_next_pickable_p95_ms']:.0f} ms"
+            + (
+                f"; agent step shown → decision recorded: p50 {result['step_seconds_p50']:.2f}"
+                f" s, p95 {result['step_seconds_p95']:.2f} s"
+                if steps
+                else ""
+            )
         )
         self.stdout.write(
             f"Review page at 1366×900: {result['page_height_p50_px']:.0f} px tall (p50), "
@@ -107,13 +150,17 @@ class Command(WorldCommand):
             )
 
 
-def seed(*, decisions: int, candidates: int) -> None:
-    from django.contrib.auth.models import User
+def _reviewer() -> User:
+    """The bench's reviewer, made by whichever seed runs first."""
+    reviewer = User.objects.filter(username="bench-reviewer").first()
+    return reviewer or User.objects.create_user("bench-reviewer", password=PASSWORD)
 
+
+def seed(*, decisions: int, candidates: int) -> None:
     from icrlhf.generation.services import item_create
     from icrlhf.queues.models import Queue
 
-    reviewer = User.objects.create_user("bench-reviewer", password=PASSWORD)
+    reviewer = _reviewer()
     queue = Queue.objects.create(
         slug="bench",
         name="Bench",
@@ -137,8 +184,6 @@ TRIAGE_N = 3
 def seed_triage(tickets: int, api_base: str) -> dict[str, str]:
     """A triage queue on the local model with `tickets` Banking77 tickets; their ticket
     numbers (as the page shows them) and true categories."""
-    from django.contrib.auth.models import User
-
     from bench.learning import labelled_split
     from icrlhf.queues.models import Queue
     from icrlhf.triage.services import ticket_create
@@ -232,6 +277,68 @@ def drive(base: str, options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_ITEM_PAGE = re.compile(r"/items/\d+/$")
+# Each candidate's label and its text as shown (its tool calls' names and arguments).
+_CANDIDATES = "els => els.map(e => [e.dataset.label, e.innerText])"
+
+
+def drive_steps(base: str, count: int) -> dict[str, Any]:
+    """Every captured step decided with the keyboard; per decision, its keystrokes and the
+    seconds from the step shown (its page loaded) to the server's answer to the submit,
+    which it gives once the decision is saved."""
+    from playwright.sync_api import sync_playwright
+
+    keys: list[int] = []
+    seconds: list[float] = []
+    with sync_playwright() as playwright:
+        page = _browser_page(playwright, base, timeout_ms=60_000)
+        page.goto(f"{base}/q/{captured_steps.SLUG}/review/")
+        page.keyboard.press("Enter")  # "Next item" has the focus
+        for number in range(count):
+            page.wait_for_url(_ITEM_PAGE)
+            page.wait_for_load_state()
+            shown = time.monotonic()
+            decided = page.url
+            found = page.eval_on_selector_all("#decision-form article.candidate.done", _CANDIDATES)
+            label = next(
+                (label for label, text in found if captured_steps.RIGHT_NOTE in text),
+                found[0][0],
+            )
+            with page.expect_response(
+                lambda r, at=decided: r.request.method == "POST" and r.url == f"{at}decide/"
+            ) as answer:
+                keys.append(_decide_step(page, str(label), edit=number % 5 == 4))
+            seconds.append(time.monotonic() - shown)
+            # Saved: the server moves on. Refused: it shows the same step again.
+            if answer.value.headers.get("location") in (None, urlparse(decided).path):
+                raise CommandError(f"The decision on {decided} was not saved.")
+            page.wait_for_url(_elsewhere(decided))
+        page.context.browser.close()
+    return {
+        "step_decisions": count,
+        "step_keystrokes_p50": statistics.median(keys),
+        "step_keystrokes_per_decision": sum(keys) / count,
+        "step_seconds_p50": percentile(seconds, 50),
+        "step_seconds_p95": percentile(seconds, 95),
+    }
+
+
+def _decide_step(page: Any, label: str, *, edit: bool) -> int:
+    """Picks the candidate and submits it, as it is or with words added to its note; the
+    keystrokes it took."""
+    page.keyboard.press(label)
+    if not edit:
+        page.keyboard.press("Enter")
+        return 2
+    page.keyboard.press("e")  # its editor, the tool's choice focused
+    page.keyboard.press("Tab")  # order_id
+    page.keyboard.press("Tab")  # note
+    page.keyboard.press("End")
+    page.keyboard.type(captured_steps.NOTE_ADDED)
+    page.keyboard.press("Control+Enter")
+    return 6 + len(captured_steps.NOTE_ADDED)
+
+
 # Whether an element lies within the window as the page opens.
 _IN_VIEW = (
     "e => { const r = e.getBoundingClientRect();"
@@ -252,6 +359,9 @@ def _browser_page(playwright: Any, base: str, *, timeout_ms: int) -> Any:
     page = browser.new_context(viewport={"width": 1366, "height": 900}).new_page()
     page.set_default_timeout(timeout_ms)
     page.goto(f"{base}/accounts/login/")
+    # Chromium applies autofocus at its next frame, which on a busy machine may come after
+    # the load event: keys typed before it would go nowhere.
+    page.wait_for_function("document.activeElement && document.activeElement.name === 'username'")
     page.keyboard.type("bench-reviewer")
     page.keyboard.press("Tab")
     page.keyboard.type(PASSWORD)
