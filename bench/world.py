@@ -104,6 +104,9 @@ def world_env(folder: Path, *, database_url: str, **extra: str) -> dict[str, str
         "QDRANT_PATH": str(folder / "qdrant"),
         "CELERY_QUEUE": f"icrlhf-bench-{uuid.uuid4().hex[:8]}",
         "LOG_LEVEL": "WARNING",
+        # The benchmarks time the pipeline's own work, as they did before review had a share
+        # of an endpoint; that share is proven by tests/integration/test_review_share.py.
+        "REVIEW_GENERATION_MAX_CONCURRENT": "0",
         **extra,
     }
 
