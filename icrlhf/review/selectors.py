@@ -167,3 +167,55 @@ def _text(message: Message) -> str:
     if isinstance(content, list):  # OpenAI's content parts
         return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return str(content or "")
+
+
+@dataclass(frozen=True)
+class RoundAnswer:
+    label: int
+    text: str
+    tool_calls: list[dict[str, Any]]
+    # The reviewer's rating as a reward (1 → 0.0 … 5 → 1.0); None: not rated, sent back as
+    # rejected (0.0).
+    reward: float | None
+
+
+@dataclass(frozen=True)
+class EarlierRound:
+    """A round a reviewer sent back with "try again": its answers as they were, how each was
+    rated, and what the reviewer said. The next round was written with all of it in view."""
+
+    number: int
+    answers: list[RoundAnswer]
+    reasons: list[str]
+    comment: str
+    reviewer: str
+
+
+def rounds_earlier(*, item: Item) -> list[EarlierRound]:
+    sent = item.generations.filter(try_again__isnull=False).order_by("created_at", "pk")
+    rounds = []
+    for number, generation in enumerate(sent.prefetch_related("candidates"), 1):
+        said = generation.try_again or {}
+        rewards = said.get("rewards") or {}
+        done = sorted(
+            (c for c in generation.candidates.all() if c.status == Candidate.Status.DONE),
+            key=lambda c: c.position,
+        )
+        rounds.append(
+            EarlierRound(
+                number=number,
+                answers=[
+                    RoundAnswer(
+                        label=c.label,
+                        text=c.text,
+                        tool_calls=c.tool_calls,
+                        reward=rewards.get(str(c.pk)),
+                    )
+                    for c in done
+                ],
+                reasons=list(said.get("reasons") or []),
+                comment=str(said.get("comment") or ""),
+                reviewer=str(said.get("reviewer") or ""),
+            )
+        )
+    return rounds

@@ -131,8 +131,8 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "generation": generation,
         "candidates": candidates,
         "step_state": selectors.step_state(item=item),
-        # Rounds a reviewer sent back with "try again" before this one.
-        "tried_again": item.generations.filter(try_again__isnull=False).count(),
+        # Rounds a reviewer sent back with "try again" before this one, as they were.
+        "rounds_earlier": selectors.rounds_earlier(item=item),
         # Polling goes on until nothing can change without the reviewer (the ranking's order
         # included), so that the page always shows what a reload would.
         "polling": generation is not None

@@ -154,6 +154,13 @@ def test_rate_candidates_and_try_again_with_the_keyboard(
     assert tried.try_again["rewards"] == {str(first.pk): 0.25, str(second.pk): 0.75}
     assert tried.try_again["reasons"] == ["wrong facts"]
     assert item.generations.count() == 2 and not Decision.objects.exists()
+    # Round 1 stays on the page, folded, one key press away from what was rated how.
+    earlier = page.locator("details.earlier-round")
+    expect(earlier.locator("summary")).to_contain_text("Round 1: 2 answers sent back")
+    earlier.locator("summary").click()
+    expect(earlier.get_by_text("rated, reward 0.75")).to_be_visible()
+    expect(page.get_by_text("(after 1 round sent back with “try again”)")).to_be_visible()
+    page.screenshot(path="var/test/screenshots/try-again-round-2.png")
 
 
 def test_two_browsers_never_hold_the_same_item(

@@ -125,7 +125,12 @@ def test_try_again_writes_the_next_round_with_the_attempts_and_their_rewards(
         follow=True,
     )
     assert "Trying again" in response.content.decode()
-    assert "round 2 (1 sent back with “try again”)" in response.content.decode()
+    page = response.content.decode()
+    assert "round 2 (after 1 round sent back with “try again”)" in page
+    # Round 1 stays on the page, folded, with how each answer went back.
+    assert "Round 1: 2 answers sent back by" in page and "wrong facts" in page
+    assert "rated, reward 0.50" in page and "not rated (sent back as rejected, reward 0.00)" in page
+    assert "Ships never." in page and "“The real date.”" in page
     round_one.refresh_from_db()
     assert round_one.try_again == {
         "rewards": {str(monday.pk): 0.5},
