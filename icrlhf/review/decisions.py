@@ -142,6 +142,7 @@ def decision_record(
                 ratings={str(candidate): rating for candidate, rating in (ratings or {}).items()},
                 guideline_version=item.queue.guidelines_version,
                 time_to_decide_ms=time_to_decide_ms,
+                candidates_done=generation.candidates.filter(status=Candidate.Status.DONE).count(),
             )
     except IntegrityError as error:  # the same reviewer, twice at once
         raise DecisionConflict(

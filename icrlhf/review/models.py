@@ -50,6 +50,9 @@ class Decision(models.Model):
     # The reviewer's optional ratings, {candidate id: 1…5}: each rated candidate's example is
     # stored with its rating as its reward (1 → 0.0 … 5 → 1.0) instead of 1.0 or 0.0.
     ratings = models.JSONField(default=dict, blank=True)
+    # How many answers the reviewer had to choose from (done candidates): 1 when the others
+    # failed, so that a choice among one is not read as a preference over others.
+    candidates_done = models.PositiveSmallIntegerField(null=True, blank=True)
     guideline_version = models.PositiveIntegerField()
     time_to_decide_ms = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

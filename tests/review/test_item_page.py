@@ -293,3 +293,8 @@ def test_when_only_the_served_answer_is_left_the_page_says_so(
     page = logged_in.get(f"/items/{item.pk}/").content.decode()
     assert "1 of 3 ready, 2 failed" in page
     assert "The other candidates failed: only one answer is left to judge." in page
+    # Decided on it alone: recorded as a choice among one, and said so.
+    served = Candidate.objects.get(generation=generation, served=True)
+    logged_in.post(f"/items/{item.pk}/decide/", {"choice": f"c{served.pk}"})
+    assert Decision.objects.get(item=item).candidates_done == 1
+    assert "on the one answer left" in logged_in.get(f"/items/{item.pk}/").content.decode()
