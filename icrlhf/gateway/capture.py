@@ -22,7 +22,7 @@ from icrlhf.generation.services import Served, item_create
 from icrlhf.ingest.services import CreationLimitReached, token_creation_check
 from icrlhf.integrations.redaction import scrub
 from icrlhf.queues.models import Item, Queue
-from icrlhf.trajectories.models import Feedback
+from icrlhf.trajectories.models import Feedback, Step
 from icrlhf.trajectories.selectors import APPROVAL_ALLOWS_MEMORY, low_reward_q
 
 logger = logging.getLogger(__name__)
@@ -106,10 +106,16 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
 
 
 def _redact_for_review(call: Call) -> None:
+    """The call and the agent step it made, as a call captured when it was made keeps them."""
     fields = ("request_text", "context", "answer_text", "tool_calls")
     for name in fields:
         setattr(call, name, scrub(getattr(call, name), into="review"))
     call.save(update_fields=fields)
+    for step in Step.objects.filter(call=call):
+        step_fields = ("observation", "decision_point", "action_text", "tool_calls")
+        for name in step_fields:
+            setattr(step, name, scrub(getattr(step, name), into="review"))
+        step.save(update_fields=step_fields)
 
 
 def _reward_given(call: Call) -> float | None:
@@ -167,8 +173,9 @@ def low_reward_steps_mark() -> int:
         .values_list("pk", "step__trajectory_id", "queue__low_reward_captures_per_run")
     )
     runs = {run for _, run, _ in eligible}
+    # Every low-reward capture the run ever had counts, however old: the cap is the run's.
     taken = Counter(
-        recent.filter(capture=Call.Capture.LOW_REWARD, step__trajectory_id__in=runs)
+        Call.objects.filter(capture=Call.Capture.LOW_REWARD, step__trajectory_id__in=runs)
         .values_list("step__trajectory_id", flat=True)
         .order_by()
     )
@@ -177,7 +184,9 @@ def low_reward_steps_mark() -> int:
         if taken[run] < cap:
             taken[run] += 1
             chosen.append(call_id)
-    return Call.objects.filter(pk__in=chosen).update(capture=Call.Capture.LOW_REWARD)
+    # Conditional: a sweep running beside this one marks none of these twice.
+    chosen_now = Call.objects.filter(pk__in=chosen, capture=Call.Capture.NONE)
+    return chosen_now.update(capture=Call.Capture.LOW_REWARD)
 
 
 def _rewarded_since_the_rule() -> Q:

@@ -35,8 +35,14 @@ class RoutingForm(forms.ModelForm[Queue]):
     def clean(self) -> dict[str, Any]:
         super().clean()
         refused = rule_refusals(values=self.cleaned_data, evidence=self.evidence)
+        # A rule is refused as it is set (or its bar cleared), not for being on already: a
+        # curator changing something else is not made to clear it first.
+        changed = set(self.changed_data)
+        if "reward_threshold" in changed:
+            changed.add("capture_low_reward")
         for name, sentence in refused.items():
-            self.add_error(name, sentence)
+            if name in changed:
+                self.add_error(name, sentence)
         return self.cleaned_data
 
     def gateway_fields(self) -> list[forms.BoundField]:

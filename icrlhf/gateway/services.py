@@ -275,7 +275,7 @@ def call_record(
         memory=plan.served_memory,  # what shaped the answer: a held-out call, nothing
         stream=stream,
         status_code=status_code,
-        error=error[:500],
+        error=scrub(error, into=into)[:500],  # an upstream may quote the request
         request_text=request_text,
         context=context,
         request_hash=plan.request_hash,

@@ -8,6 +8,7 @@ Luhn check and IBANs their ISO 13616 check (`python-stdnum`), e-mail addresses t
 syntax (`email-validator`, no DNS lookup). A number that fails its check (an order number,
 a date) is left alone."""
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +68,20 @@ def _checked(
     return pattern.sub(replace, text)
 
 
+def _ibans(text: str, counts: dict[str, int]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        found = match.group(0)
+        # The pattern runs on into the words after an IBAN ("… 6119 to other bank"): the
+        # longest start of the candidate that passes the check is the IBAN, the rest stays.
+        for end in range(len(found), 14, -1):
+            if found[end - 1] != " " and iban.is_valid(found[:end].replace(" ", "")):
+                counts[IBAN] = counts.get(IBAN, 0) + 1
+                return IBAN + found[end:]
+        return found
+
+    return _IBAN_CANDIDATE.sub(replace, text)
+
+
 def _phones(text: str, counts: dict[str, int]) -> str:
     found = list(
         phonenumbers.PhoneNumberMatcher(
@@ -84,23 +99,51 @@ def redact(text: str) -> Redacted:
     """The text with personal data replaced, and how many of each kind."""
     counts: dict[str, int] = {}
     text = _emails(text, counts)
-    text = _checked(text, _IBAN_CANDIDATE, iban.is_valid, IBAN, counts)
+    text = _ibans(text, counts)
     text = _checked(text, _CARD_CANDIDATE, luhn.is_valid, CARD, counts)
     text = _phones(text, counts)
     return Redacted(text=text, counts=counts)
 
 
+# What identifies a message or a call, never what someone wrote: left as it is, so that a
+# result still answers its call (`call_4155552671` is an id, not a phone number).
+_STRUCTURAL_KEYS = frozenset({"id", "tool_call_id", "type", "role"})
+
+
 def redact_json(value: Any) -> Any:
-    """`value` with every string in it redacted, walking lists and dicts (tool calls, tool
-    results, structured outputs). A tool call's `arguments` is JSON text: a placeholder holds
-    no quote or backslash, so the text stays the same JSON with the data replaced."""
+    """`value` with every string and number in it redacted, walking lists and dicts (tool
+    calls, tool results, structured outputs). A string that holds JSON (a tool call's
+    `arguments`, a tool's result) is redacted as the JSON it holds, so it stays JSON: a number
+    that is personal data becomes its placeholder as a string."""
     if isinstance(value, str):
-        return redact(value).text
+        return _redacted_text(value)
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, int | float):
+        text = str(value)
+        redacted = redact(text).text
+        return value if redacted == text else redacted
     if isinstance(value, list):
         return [redact_json(each) for each in value]
     if isinstance(value, dict):
-        return {key: redact_json(each) for key, each in value.items()}
+        return {
+            key: each if key in _STRUCTURAL_KEYS else redact_json(each)
+            for key, each in value.items()
+        }
     return value
+
+
+def _redacted_text(text: str) -> str:
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            pass  # not JSON after all: redacted as text
+        else:
+            redacted = redact_json(parsed)
+            # Unchanged, it is kept byte for byte (its spacing is the caller's).
+            return text if redacted == parsed else json.dumps(redacted, ensure_ascii=False)
+    return redact(text).text
 
 
 # Where end users' words are going: the call log (and its agent steps and feedback), or

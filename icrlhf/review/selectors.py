@@ -155,7 +155,7 @@ def step_state(*, item: Item) -> StepState | None:
     earlier = conversation[: last_action + 1]
     return StepState(
         goal=_text(goal) if goal is not None else "",
-        latest=conversation[last_action + 1 :],
+        latest=[m for m in conversation[last_action + 1 :] if m is not goal],
         # The goal is shown on its own: folded are the turns between it and the latest.
         earlier=[m for m in earlier if m is not goal],
         tool_names=[str((tool.get("function") or {}).get("name", "")) for tool in tools if tool],

@@ -205,8 +205,10 @@ def trajectories_purge(*, before: datetime) -> int:
     stay. Every run past the period is purged once, resumed ones (no goal) too."""
     expired = Trajectory.objects.filter(last_step_at__lt=before, purged_at__isnull=True)
     ids = list(expired.values_list("pk", flat=True))
+    # The continuation digest goes too: a purged run is never continued (its new steps
+    # would keep end users' words past the period, as `purged_at` says it was done).
     Step.objects.filter(trajectory_id__in=ids).update(
-        observation=[], decision_point="", action_text="", tool_calls=[]
+        observation=[], decision_point="", action_text="", tool_calls=[], continuation_hash=""
     )
     # A feedback key stays unique per token: it becomes the row's own id.
     Feedback.objects.filter(trajectory_id__in=ids).update(

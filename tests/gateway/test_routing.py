@@ -357,6 +357,14 @@ def test_automation_with_no_confidence_fitted_is_refused_and_nothing_is_saved() 
     assert (queue.auto_apply_threshold, queue.capture_percent) == (None, 0)
     assert not RoutingChange.objects.exists()
 
+    # Saved before this check existed (or in the admin), the rule does not block other edits.
+    queue.auto_apply_threshold = 0.9
+    queue.save()
+    other = {**RULES, "auto_apply_threshold": "0.9", "capture_percent": "40"}
+    assert client_of(curator).post(f"/q/{queue.slug}/routing/", other).status_code == 302
+    queue.refresh_from_db()
+    assert queue.capture_percent == 40
+
 
 @pytest.mark.django_db
 def test_answering_by_confidence_with_no_memory_confidence_is_refused() -> None:

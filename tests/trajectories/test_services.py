@@ -214,6 +214,8 @@ def test_retention_blanks_every_column_of_end_users_words_resumed_runs_too(
     for personal in ("4111", "ana@example.com", "ana-42", "ana-run-1", "ana-fb", "a" * 64):
         assert personal not in left, (personal, left)
     assert Trajectory.objects.filter(purged_at__isnull=False).count() == 2
+    # A purged run can never be continued (its new steps would outlive the period).
+    assert set(Step.objects.values_list("continuation_hash", flat=True)) == {""}
     assert sorted(Trajectory.objects.values_list("step_count", flat=True)) == [1, 1]
     assert Feedback.objects.filter(reward=1).count() == 2  # figures stay
 
