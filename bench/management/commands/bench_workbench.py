@@ -331,12 +331,18 @@ def _decide_step(page: Any, label: str, *, edit: bool) -> int:
         page.keyboard.press("Enter")
         return 2
     page.keyboard.press("e")  # its editor, the tool's choice focused
-    page.keyboard.press("Tab")  # order_id
-    page.keyboard.press("Tab")  # note
+    # Tab to the note: the fields come in the schema's order as the database keeps it
+    # (PostgreSQL's jsonb orders an object's keys its own way), so count the tabs it takes.
+    tabs = 0
+    while not page.evaluate("document.activeElement.name || ''").endswith("__note"):
+        if tabs == 10:
+            raise CommandError("The note's field was not reached with the keyboard.")
+        page.keyboard.press("Tab")
+        tabs += 1
     page.keyboard.press("End")
     page.keyboard.type(captured_steps.NOTE_ADDED)
     page.keyboard.press("Control+Enter")
-    return 6 + len(captured_steps.NOTE_ADDED)
+    return 4 + tabs + len(captured_steps.NOTE_ADDED)
 
 
 # Whether an element lies within the window as the page opens.
