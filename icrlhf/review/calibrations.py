@@ -16,7 +16,8 @@ from icrlhf.generation.ranking import (
 )
 from icrlhf.kinds import kind_of
 from icrlhf.kinds.labels import answer_key
-from icrlhf.queues.models import Item, Queue
+from icrlhf.queues.models import Queue
+from icrlhf.queues.rules import decided_items
 from icrlhf.review.models import Automation, Decision
 
 logger = logging.getLogger(__name__)
@@ -320,15 +321,7 @@ def calibrations_refit() -> list[int]:
     calibration was fitted on. Returns the ids of the queues refitted."""
     refitted = []
     for queue in Queue.objects.all():
-        decided = (
-            Item.objects.filter(
-                queue=queue,
-                decisions__superseded_at__isnull=True,
-                decisions__generation__ranked_at__isnull=False,
-            )
-            .distinct()
-            .count()
-        )
+        decided = decided_items(queue=queue)
         latest = calibration_latest(queue_id=queue.pk)
         if decided < MIN_ITEMS or (latest and decided - latest.items < REFIT_EVERY):
             continue
