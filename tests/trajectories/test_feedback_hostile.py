@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from icrlhf.ingest.services import token_create
 from icrlhf.trajectories.models import Feedback
 from tests.factories import QueueFactory, agent_step
+from tests.gateway.test_hostile_strings import with_text
 
 pytestmark = pytest.mark.django_db
 
@@ -55,16 +56,6 @@ BODY: dict[str, Any] = {
         ],
     },
 }
-
-
-def with_text(body: Any, location: tuple[str | int, ...], text: str) -> Any:
-    copy = json.loads(json.dumps(body))
-    *parents, last = location
-    container = copy
-    for part in parents:
-        container = container[part]
-    container[last] += text
-    return copy
 
 
 def test_the_body_without_hostile_text_is_recorded() -> None:
