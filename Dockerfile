@@ -17,7 +17,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY --from=llm-build /venv/bin/llama-server /usr/local/bin/llama-server
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
+COPY docs ./docs
 COPY icrlhf ./icrlhf
 COPY worker ./worker
 COPY templates ./templates

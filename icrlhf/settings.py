@@ -1,4 +1,4 @@
-"""Settings, read from environment variables (every one is documented in the README)."""
+"""Settings, read from environment variables (every one is documented in docs/operators.md)."""
 
 import importlib.util
 import json
@@ -88,7 +88,7 @@ if not SECRET_KEY and SECRET_KEY_FILE.is_file():
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
-            "Set SECRET_KEY (or SECRET_KEY_FILE) when DEBUG is off; see the README."
+            "Set SECRET_KEY (or SECRET_KEY_FILE) when DEBUG is off; see docs/operators.md."
         )
     SECRET_KEY = "django-insecure-development-only-key-do-not-use-in-production"
 

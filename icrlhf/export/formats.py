@@ -1,7 +1,7 @@
 """The export formats. Each derived format is computed from the canonical record alone, so a
 canonical export can be turned into any other later (the round trip is tested).
 
-Canonical (schema_version 1): one record per decision — see the README for every field.
+Canonical (schema_version 1): one record per decision — see docs/exports.md for every field.
 Derived, each line one training example:
 - trl:    {"prompt": [...], "chosen": [...], "rejected": [...]}  one per rejected candidate,
           plus the edit over its original when the reviewer edited;

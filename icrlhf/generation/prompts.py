@@ -5,7 +5,7 @@ conversation. By default (`reference`) they are quoted inside the system message
 reference material, so a user who asks to "repeat the earlier conversation" gets nothing of
 them, and an instruction inside one is not an instruction. A queue may send them as earlier
 user/assistant turns instead (`turns`): small models follow that form a little more closely,
-at that cost. The learning benchmark measures both (README).
+at that cost. The learning benchmark measures both (docs/benchmarks.md).
 
 In-context RL ("Reward is Enough"): a queue may send each example with its reward and the
 answers its reviewer rejected for the same request (always quoted: a reward is not a turn);

@@ -1,1 +1,2 @@
-"""Help pages: the README, which ships with the code, read in the app (it works offline)."""
+"""Help pages: the user-facing pages of the repository's docs/ folder, which ship beside the
+code, read in the app (it works offline). An install without docs/ shows no pages."""

@@ -8,7 +8,7 @@ header and TLS (SNI and the certificate's check): a name that resolves to a publ
 for the check and to an internal one a moment later (DNS rebinding) gains nothing.
 
 The signature covers a timestamp and the body: HMAC-SHA256 of "<timestamp>.<body>", so a
-receiver can reject a replayed delivery by its age (README, "The decision webhook")."""
+receiver can reject a replayed delivery by its age (docs/api.md, "The decision webhook")."""
 
 import hashlib
 import hmac

@@ -4,9 +4,9 @@ from django.db import models
 
 MAX_CANDIDATES = 8
 # Chosen on the learning benchmark (`manage.py bench_learning`, its minimum-similarity sweep,
-# README): the highest minimum whose first-candidate accuracy and acceptance stayed within two
-# held-out messages of the best; it keeps every off-topic request away from memory (0.2 let
-# all of them reach it, 0.3 one in twelve).
+# docs/benchmarks.md): the highest minimum whose first-candidate accuracy and acceptance stayed
+# within two held-out messages of the best; it keeps every off-topic request away from memory
+# (0.2 let all of them reach it, 0.3 one in twelve).
 DEFAULT_MIN_SIMILARITY = 0.4
 
 
@@ -62,7 +62,7 @@ class Queue(models.Model):
         "reviewer's rating or the application's reward where there is one), together with "
         "the answers its reviewer rejected for the same request and theirs, so that the model "
         "sees what scored low as well as what scored high (in-context RL, 'Reward is "
-        "Enough'). The learning benchmark measures it (README).",
+        "Enough'). The learning benchmark measures it (docs/benchmarks.md).",
     )
     min_similarity = models.FloatField(
         "minimum similarity",

@@ -26,7 +26,7 @@ from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
 from icrlhf.gateway.models import Call
-from icrlhf.help.readme import help_sections
+from icrlhf.help.docs import help_pages
 from icrlhf.ingest.services import token_create
 from icrlhf.memory import curation
 from icrlhf.memory.models import Example, Retrieval
@@ -286,7 +286,7 @@ def world() -> World:
     triage, triage_values = _triage_queue(admin_user)
     values: dict[str, list[Any]] = {
         "slug": [general.slug, triage.slug],
-        "help:section slug": [section.slug for section in help_sections()],
+        "help:page slug": [page.slug for page in help_pages()],
     }
     for name, found in [*general_values.items(), *triage_values.items()]:
         values.setdefault(name, []).extend(found)
@@ -319,7 +319,7 @@ def routes(
 
 def app_pages(values: dict[str, list[Any]]) -> list[tuple[str, str]]:
     """(what, URL) for every named route, once per value of its argument. A value is looked
-    up as "<route name> <argument>" first (help:section's slug is no queue's), then by the
+    up as "<route name> <argument>" first (help:page's slug is no queue's), then by the
     argument's name."""
     pages = []
     for route in routes():

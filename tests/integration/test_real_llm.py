@@ -133,7 +133,7 @@ def test_every_triage_the_local_model_proposes_is_valid(
     assert len(candidates) == 3
     valid = [c for c in candidates if c.fields]
     # Sampled at temperature 0.7, one proposal in a run may still come back unreadable (the
-    # benchmark measures the share, README): two of three at least, each one well formed.
+    # benchmark measures the share, docs/benchmarks.md): two of three at least, each well formed.
     assert len(valid) >= 2, [c.parse_error or c.error or c.text for c in candidates]
     for candidate in valid:
         assert candidate.fields["category"] in categories

@@ -1,6 +1,6 @@
 """The fault suite, in CI: `manage.py chaos` kills the worker (kill -9) and the broker,
 cuts the vector store off and makes the LLM slow, rate-limited, failing or nonsensical, all
-for real, and nothing may be lost or stuck. The table it prints is the README's figure."""
+for real, and nothing may be lost or stuck. The table it prints is docs/benchmarks.md's figure."""
 
 import io
 import json

@@ -1,12 +1,8 @@
 """The local LLM runs on any x86-64 CPU with AVX2: its build uses no instruction beyond that
 baseline, and a CPU it cannot run on gets a plain message instead of a crash."""
 
-import io
-import json
 from pathlib import Path
 from typing import Any
-
-from django.core.management import call_command
 
 from icrlhf.ops.local_llm import (
     PORTABLE_BASELINE,
@@ -78,15 +74,6 @@ def test_a_cpu_with_everything_needed_has_no_problem() -> None:
     assert cpu_problem(needed=PORTABLE_BASELINE, flags=flags, machine="x86_64") == ""
 
 
-def test_the_speed_benchmark_measures_the_installed_build() -> None:
-    out = io.StringIO()
-    call_command("bench_llm", "--runs=1", "--tokens=16", "--json", stdout=out)
-    result = json.loads(out.getvalue().strip().splitlines()[-1])
-    assert set(result["build_features"]) <= PORTABLE_BASELINE
-    assert result["runs"] == 1 and result["tokens_per_answer"] > 0
-    assert result["tokens_per_s_median"] > 0
-
-
 def test_smollm2_is_given_the_template_that_knows_tools_and_other_models_their_own(
     settings: Any,
 ) -> None:
@@ -109,7 +96,7 @@ def test_smollm2_is_given_the_template_that_knows_tools_and_other_models_their_o
 
 def test_the_local_llm_threads_sleep_instead_of_spinning_while_they_wait() -> None:
     """Spinning threads collapse to under a token a second when anything else is busy on the
-    cores (README: the local LLM); `--poll 0` makes them sleep."""
+    cores (docs/operators.md: the local LLM); `--poll 0` makes them sleep."""
     command = local_llm_command(Path("model.gguf"), alias="m", port=8012, slots=4)
     assert command[command.index("--poll") + 1] == "0"
     assert command[command.index("--threads") + 1] == str(local_llm_threads())

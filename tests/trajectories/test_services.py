@@ -141,9 +141,9 @@ def test_a_redacted_answer_is_still_recognised_when_the_caller_sends_it_back() -
 def test_retention_blanks_every_column_of_end_users_words_resumed_runs_too(
     settings: Any,
 ) -> None:
-    """Every column that holds what end users wrote or who they are (the README's Security
-    section lists them) is blank after the purge, for a run with a goal and for a resumed
-    run (its first call began mid-conversation: no goal)."""
+    """Every column that holds what end users wrote or who they are (docs/operators.md's
+    Security section lists them) is blank after the purge, for a run with a goal and for a
+    resumed run (its first call began mid-conversation: no goal)."""
     queue = QueueFactory()
     record, _ = token_create(queue=queue, name="agent")
     said = "Card 4111 1111 1111 1111, mail ana@example.com"
