@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.db import connection
 from django.test import Client
 
 from bench.world import database_url_of
@@ -21,6 +22,51 @@ from tests.factories import QueueFactory, UserFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The slow tiers (pyproject's markers), put on by what a test needs rather than by hand, so a
+# new test lands in its tier by where it is, which fixtures it takes and whether its module
+# starts other processes. `make test-fast` runs the tests that end up with none of them;
+# `make test` runs them all.
+TIER_OF_FOLDER = {"integration": "integration", "bench": "bench"}
+TIER_OF_FIXTURE = {
+    "worker_process": "integration",
+    "gateway_process": "integration",
+    "live_server": "integration",
+    "browser": "browser",  # tests/integration/conftest.py: Chromium through Playwright
+}
+# A module holding one of these runs other programs (a fresh Python costs seconds of imports).
+PROCESS_STARTERS = ("subprocess", "fresh_process_output")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tests = ROOT / "tests"
+    for item in items:
+        tiers = {
+            tier
+            for fixture, tier in TIER_OF_FIXTURE.items()
+            if fixture in getattr(item, "fixturenames", ())
+        }
+        folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
+        if folder in TIER_OF_FOLDER:
+            tiers.add(TIER_OF_FOLDER[folder])
+        module = getattr(item, "module", None)
+        if any(hasattr(module, name) for name in PROCESS_STARTERS):
+            tiers.add("integration")
+        for tier in sorted(tiers):
+            item.add_marker(tier)
+    _other_databases_deselect(config, items)
+
+
+def _other_databases_deselect(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test of one database's own behaviour (marked `postgresql` or `sqlite`) is left out of
+    the other database's run, as deselected rather than skipped: `make test` runs the suite on
+    both, so each such test runs once, where it can fail."""
+    other = {"postgresql": "sqlite", "sqlite": "postgresql"}[connection.vendor]
+    kept = [item for item in items if item.get_closest_marker(other) is None]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
 
 
 def wait_for(check: Callable[[], Any], *, timeout_s: float = 30, what: str = "condition") -> Any:
@@ -345,12 +391,13 @@ def gateway_threads(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def recall_answered_here(query: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-    """Test double of `recall_socket.ask`: the store owner's round of one, in this thread."""
-    from icrlhf.memory import recall_socket
+    """Test double of `remote_recall.ask`: the store owner's round of one, in this thread."""
+    from icrlhf.integrations.local_socket import Asked
+    from icrlhf.memory import recall_owner, remote_recall
 
-    asked = recall_socket.Asked(query=query, deadline=time.monotonic() + timeout_s)
-    recall_socket.answer_round([asked])
-    return recall_socket.answer_read(asked.answer)
+    asked = Asked(request=query, deadline=time.monotonic() + timeout_s)
+    recall_owner.answer_round([asked])
+    return remote_recall.answer_read(asked.answer)
 
 
 @pytest.fixture
@@ -361,10 +408,10 @@ def eager_tasks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     code in the asking thread, inside the test's transaction."""
     import celery.app.task
 
-    from icrlhf.memory import recall_socket
+    from icrlhf.memory import remote_recall
     from worker import app
 
-    monkeypatch.setattr(recall_socket, "ask", recall_answered_here)
+    monkeypatch.setattr(remote_recall, "ask", recall_answered_here)
 
     # While an eager task runs, Celery sets one process-wide "inside a task" flag and puts
     # back what it found after: two eager tasks on two threads (the gateway's capture pool)

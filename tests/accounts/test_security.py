@@ -425,6 +425,7 @@ def test_with_the_cache_down_logins_wait_and_api_calls_still_work(
     assert api.status_code == 404
 
 
+@pytest.mark.slow  # many calls in parallel threads: seconds on two cores
 @pytest.mark.django_db(transaction=True)
 def test_the_per_token_limit_holds_for_calls_in_parallel(settings: Any, api_token: str) -> None:
     """32 calls in flight at a time: exactly the limit is served, every other call is told

@@ -5,7 +5,6 @@ is a real local folder."""
 import contextlib
 import json
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,7 +80,7 @@ def test_a_generation_makes_the_same_few_statements_from_item_to_finish(
     llm_answer: LLMAnswer, queue: Any, user: Any, vector_store: Path
 ) -> None:
     """PostgreSQL pays a round trip per statement (~0.4 ms more than SQLite's on a 2-core
-    machine, README: the pipeline's benchmark), so their number is the pipeline's budget
+    machine, docs/benchmarks.md: the pipeline), so their number is the pipeline's budget
     there, pinned: a new statement on this path has to be meant."""
     llm_answer("The card ships tomorrow.")
     with CaptureQueriesContext(connection) as made:
@@ -194,19 +193,31 @@ def test_an_unreachable_model_is_retried_then_marked_failed(
 
 
 class InFlightLLM(FixedLatencyLLM):
-    """Counts the calls it is answering at the same moment."""
+    """Counts the calls it is answering at the same moment. A call for one answer is held
+    until `together` calls have been in hand at once: calls sent at once all meet there and
+    are counted together, however slowly their threads start, while a call sent alone (or
+    one after another) waits out HOLD_BOUND_S and is counted alone."""
+
+    HOLD_BOUND_S = 10
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
+        self.together = 1
         self.in_flight = self.most_in_flight = 0
-        self._counting = threading.Lock()
+        self._counting = threading.Condition()
 
     def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
         with self._counting:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
+            self._counting.notify_all()
+            if (request.get("n") or 1) == 1:
+                # On the peak, not the count now: the first call let go may be answered and
+                # gone before the others wake up to look.
+                self._counting.wait_for(
+                    lambda: self.most_in_flight >= self.together, timeout=self.HOLD_BOUND_S
+                )
         try:
-            time.sleep(0.3)
             return self.reply(request)
         finally:
             with self._counting:
@@ -286,8 +297,10 @@ def test_a_server_that_answers_once_is_asked_for_the_rest_at_once_then_always_on
     queue: Any, user: Any, settings: LazySettings
 ) -> None:
     with serving(OneAnswerLLM(latency_s=0), settings) as server:
+        server.together = 3  # the rest of the first generation's answers
         first = _generate_all(queue, user, n=4)
         assert server.calls == 1 + 3 and server.most_in_flight == 3
+        server.together = 4  # all of the second's
         second = _generate_all(queue, user, n=4)
     assert server.calls == 4 + 4 and server.most_in_flight == 4
     assert _all_done_and_distinct(first, 4) and _all_done_and_distinct(second, 4)
@@ -298,6 +311,7 @@ def test_a_server_that_refuses_several_answers_is_asked_once_per_candidate_at_on
     queue: Any, user: Any, settings: LazySettings
 ) -> None:
     with serving(RefusesManyLLM(latency_s=0), settings) as server:
+        server.together = 3  # one call per candidate, after the refused call for all three
         generation = _generate_all(queue, user, n=3)
     assert (server.refused, server.calls, server.most_in_flight) == (1, 3, 3)
     assert _all_done_and_distinct(generation, 3)

@@ -2,6 +2,8 @@
 asynchronously on PostgreSQL, and only while they run (SQLite is left as it is: it already
 commits without waiting for the disk); many rows' updates go in one statement."""
 
+import sqlite3
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -13,8 +15,14 @@ from icrlhf.generation import pipeline, tasks
 from icrlhf.generation.models import Candidate
 from icrlhf.generation.services import item_create
 from icrlhf.integrations.database import asynchronous_commits, rows_update
+from icrlhf.queues.models import Queue
 
 pytestmark = pytest.mark.django_db
+
+
+# Each database's own behaviour is asserted on that database: the suite runs on both.
+on_postgresql = pytest.mark.postgresql
+on_sqlite = pytest.mark.sqlite
 
 
 def _synchronous_commit() -> str:
@@ -23,23 +31,44 @@ def _synchronous_commit() -> str:
         return str(cursor.fetchone()[0])
 
 
+@on_postgresql
 def test_commits_are_asynchronous_inside_the_block_only() -> None:
-    if connection.vendor != "postgresql":
-        with CaptureQueriesContext(connection) as queries, asynchronous_commits():
-            pass
-        assert len(queries) == 0
-        return
     assert _synchronous_commit() == "on"
     with asynchronous_commits():
         assert _synchronous_commit() == "off"
     assert _synchronous_commit() == "on"
 
 
+@on_postgresql
 def test_the_server_default_comes_back_when_the_work_fails() -> None:
     with pytest.raises(RuntimeError), asynchronous_commits():
+        assert _synchronous_commit() == "off"
         raise RuntimeError("the work failed")
-    if connection.vendor == "postgresql":
-        assert _synchronous_commit() == "on"
+    assert _synchronous_commit() == "on"
+
+
+@on_sqlite
+@pytest.mark.django_db(transaction=True)  # the block's work commits as it would in a task
+def test_on_sqlite_the_block_adds_no_statement_and_its_work_is_committed(queue: Queue) -> None:
+    with CaptureQueriesContext(connection) as queries, asynchronous_commits():
+        Queue.objects.filter(pk=queue.pk).update(name="Renamed in the block")
+    assert [query["sql"].split()[0] for query in queries] == ["UPDATE"]
+    # Committed: another connection to the file reads it.
+    with closing(sqlite3.connect(connection.settings_dict["NAME"])) as other:
+        table = Queue._meta.db_table
+        read = other.execute(f"SELECT name FROM {table} WHERE id = ?", [queue.pk])
+        assert read.fetchone() == ("Renamed in the block",)
+
+
+@on_sqlite
+def test_on_sqlite_failing_work_passes_through_with_no_statement_of_its_own() -> None:
+    with (
+        CaptureQueriesContext(connection) as queries,
+        pytest.raises(RuntimeError, match="the work failed"),
+        asynchronous_commits(),
+    ):
+        raise RuntimeError("the work failed")
+    assert len(queries) == 0
 
 
 def test_switched_off_by_its_setting(settings: Any) -> None:

@@ -6,8 +6,13 @@ import io
 import sys
 from pathlib import Path
 
+import pytest
+
 from icrlhf.ops.supervision import MAX_CRASHES, Part, Supervisor
 from tests.conftest import wait_for
+
+# supervisord and the parts it keeps alive are real processes, restarted for real.
+pytestmark = pytest.mark.integration
 
 
 def supervisor_in(folder: Path, said: list[str]) -> Supervisor:

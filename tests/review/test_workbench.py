@@ -273,6 +273,7 @@ def test_the_next_item_and_decide_flow_moves_on_and_offers_undo(
     assert f"Undone: item {first.pk} is yours to decide again." in undone.content.decode()
 
 
+@pytest.mark.slow  # fifty threads at once: seconds on two cores
 @pytest.mark.django_db(transaction=True)
 def test_fifty_concurrent_submits_record_exactly_one_decision() -> None:
     reviewers = [UserFactory() for _ in range(50)]

@@ -1,12 +1,15 @@
 """The learning benchmark's pure parts: the split, the simulated reviewer's reading of an
 answer, and the statistics (no services)."""
 
+import random
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
 from bench.learning import (
+    coverage_at_precision,
+    ece_interval,
     label_of,
     labelled_split,
     minimum_choose,
@@ -15,6 +18,7 @@ from bench.learning import (
     two_proportion_p,
     wilson,
 )
+from icrlhf.generation.calibration import expected_calibration_error
 
 LABELS = ["card_arrival", "Refund_not_showing_up", "reverted_card_payment?", "pin_blocked"]
 
@@ -115,3 +119,27 @@ def test_a_data_set_not_in_banking77s_layout_is_refused_with_a_sentence(tmp_path
     (tmp_path / "test.csv").write_text("text,category\nhello,a\nbye,b\n")
     with pytest.raises(CommandError, match="it has 2 messages"):
         call_command("bench_learning", f"--dataset={tmp_path}", "--test=10", "--sizes=0,5")
+
+
+def test_coverage_at_a_precision_takes_the_most_confident_first() -> None:
+    confidences = [0.99, 0.95, 0.9, 0.85, 0.5]
+    hits = [True, True, False, True, False]
+    assert coverage_at_precision(confidences, hits, 1.0) == (0.4, 0.95)
+    assert coverage_at_precision(confidences, hits, 0.75) == (0.8, 0.85)
+    assert coverage_at_precision([0.9, 0.8], [False, True], 0.95) == (0.0, None)
+
+
+def test_tied_confidences_are_automated_together_or_not_at_all() -> None:
+    # A threshold cannot take one of two items at 0.9 and leave the other.
+    assert coverage_at_precision([0.9, 0.9, 0.5], [True, False, True], 1.0) == (0.0, None)
+
+
+def test_the_ece_interval_holds_the_ece_and_narrows_with_more_items() -> None:
+    rng = random.Random(23)
+    confidences = [rng.uniform(0.5, 1.0) for _ in range(2400)]
+    hits = [rng.random() < c for c in confidences]
+    few = ece_interval(confidences[:150], hits[:150])
+    many = ece_interval(confidences, hits)
+    assert few[0] <= expected_calibration_error(confidences[:150], hits[:150]) <= few[1]
+    assert many[1] - many[0] < (few[1] - few[0]) / 2
+    assert many[1] < 0.05  # well calibrated, and 2,400 items can tell

@@ -1,6 +1,6 @@
 """The gateway benchmark's own harness, small: a real worker and gateway process, the
 fixed-latency endpoint, hey's calls all answered, LiteLLM's proxy measured beside them, and the
-JSON line the README's figures come from."""
+JSON line docs/benchmarks.md's figures come from."""
 
 import io
 import json
