@@ -4,10 +4,13 @@ import gc
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
 from celery.signals import task_prerun, worker_ready, worker_shutdown
+
+if TYPE_CHECKING:
+    from icrlhf.integrations.local_socket import RoundServer
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "icrlhf.settings")
 # numpy's OpenBLAS starts a thread per core for a large enough product (the embedded store's
@@ -60,7 +63,7 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     )
 
 
-_recall_server: Any = None
+_recall_server: "RoundServer | None" = None
 
 
 @worker_ready.connect
@@ -72,7 +75,7 @@ def warm_up(sender: Any, **_: object) -> None:
 
     from icrlhf.generation import tasks as generation_tasks
     from icrlhf.integrations import embeddings, llm, vectors
-    from icrlhf.memory.recall_socket import RecallServer
+    from icrlhf.memory.recall_owner import recall_server
 
     global _recall_server
     consumed = {queue.name for queue in sender.task_consumer.queues}
@@ -91,7 +94,7 @@ def warm_up(sender: Any, **_: object) -> None:
         logging.getLogger(__name__).exception("Warm-up failed")
     if memory_worker and not settings.QDRANT_URL:  # the embedded store is this process's
         try:
-            _recall_server = RecallServer()
+            _recall_server = recall_server()
             _recall_server.start()
         except Exception:
             logging.getLogger(__name__).exception("Retrievals cannot be answered")

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from icrlhf.memory import index, tasks
+from icrlhf.memory import index, index_tasks
 from icrlhf.memory.models import CurationEvent, Example, Retrieval
 from icrlhf.queues.models import Queue
 
@@ -38,7 +38,7 @@ def _record(actor: User | None, action: str, examples: Iterable[Example], **deta
 
 def _sync_payloads(ids: Sequence[UUID]) -> None:
     example_ids = [str(pk) for pk in ids]
-    transaction.on_commit(lambda: tasks.examples_payload_sync.delay(example_ids), robust=True)
+    transaction.on_commit(lambda: index_tasks.examples_payload_sync.delay(example_ids), robust=True)
 
 
 @transaction.atomic
@@ -89,7 +89,7 @@ def example_output_edit(*, example_id: UUID, output_text: str, actor: User | Non
     example.save(update_fields=["output_text", "index_state", "approved_for_answers_at"])
     _record(actor, "edit", [example], previous=previous[:2000])
     ids = [str(example.pk)]
-    transaction.on_commit(lambda: tasks.examples_index.delay(ids), robust=True)
+    transaction.on_commit(lambda: index_tasks.examples_index.delay(ids), robust=True)
     return example
 
 
@@ -117,7 +117,7 @@ def examples_delete(*, ids: Sequence[UUID], actor: User | None) -> int:
 
 def _delete_points_on_commit(collection: str, point_ids: list[str]) -> None:
     transaction.on_commit(
-        lambda: tasks.examples_points_delete.delay(collection, point_ids), robust=True
+        lambda: index_tasks.examples_points_delete.delay(collection, point_ids), robust=True
     )
 
 

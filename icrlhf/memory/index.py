@@ -5,7 +5,7 @@ retrieval filters and weighs on (role, status, weight, reward). Indexing embeds 
 upserts; deleting removes points; a payload sync follows status and weight (a retired
 example keeps its point, marked retired, so that restoring it is a payload update too).
 The worker runs these (in the default set-up it alone owns the store); the web enqueues them
-through `memory.tasks` once its transaction commits."""
+through `memory.index_tasks` once its transaction commits."""
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -19,6 +19,9 @@ from django.utils import timezone
 from icrlhf.integrations import embeddings, vectors
 from icrlhf.memory.models import Example
 
+# Two examples closer than this say the same thing: retrieval keeps the better-ranked one,
+# and indexing records the older one an example nearly repeats.
+NEAR_DUPLICATE_COSINE = 0.95
 # The index task normally runs within a second of the decision; the sweeper leaves those alone.
 _SWEEP_GRACE = timedelta(seconds=30)
 
@@ -112,8 +115,6 @@ def examples_payload_sync(*, example_ids: Sequence[UUID | str]) -> int:
 def _neighbours_record(examples: Sequence[Example], vector_of: dict[str, list[float]]) -> None:
     """For each preferred example: its closest preferred neighbours, and the older example it
     nearly repeats, if any (cosine above NEAR_DUPLICATE_COSINE). A curation aid."""
-    from icrlhf.memory.selectors import NEAR_DUPLICATE_COSINE
-
     for example in examples:
         if example.role != Example.Role.PREFERRED:
             continue

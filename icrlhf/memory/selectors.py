@@ -8,13 +8,11 @@ from django.db.models import QuerySet
 
 from icrlhf.integrations import embeddings, llm, vectors
 from icrlhf.integrations.vectors import VectorStoreUnavailable
-from icrlhf.memory import index, recall_socket
+from icrlhf.memory import index, remote_recall
 from icrlhf.memory.models import Example
 from icrlhf.memory.signatures import PLAIN, Signature
 from icrlhf.queues.models import Queue
 
-# Two retrieved examples closer than this say the same thing: keep the better-ranked one.
-NEAR_DUPLICATE_COSINE = 0.95
 # Ask the store for more than k, so that pinned, duplicate and stale hits can be dropped.
 _OVERFETCH = 4
 # Without a filter, ask for this many times more again: each decision stores its rejected
@@ -149,7 +147,7 @@ def examples_recall(
 
 
 def _near_any(unit: vectors.UnitVector, others: list[vectors.UnitVector]) -> bool:
-    return any(float(unit @ other) > NEAR_DUPLICATE_COSINE for other in others)
+    return any(float(unit @ other) > index.NEAR_DUPLICATE_COSINE for other in others)
 
 
 def _admitted(example: Example, signature: Signature) -> bool:
@@ -282,7 +280,7 @@ def examples_recall_anywhere(
 ) -> Recall:
     """`examples_recall` from any process. A Qdrant server admits every process; the embedded
     store admits one, the worker that consumes the memory queue, so other processes ask it
-    over its socket (`recall_socket`) and read the rows themselves. No answer in
+    over its socket (`remote_recall`) and read the rows themselves. No answer in
     GATEWAY_RECALL_TIMEOUT_S counts as the store being unavailable."""
     if settings.QDRANT_URL:
         return examples_recall(
@@ -295,7 +293,7 @@ def examples_recall_anywhere(
         )
     if k <= 0 and pool <= 0:
         return Recall(examples=[], neighbours=[], minimum=queue.min_similarity)
-    found = recall_socket.ask(
+    found = remote_recall.ask(
         {
             "queue_id": queue.pk,
             "query_text": query_text,

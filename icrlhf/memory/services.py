@@ -6,7 +6,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from icrlhf.memory import curation, signatures, tasks
+from icrlhf.memory import curation, index_tasks, signatures
 from icrlhf.memory.models import Example, Retrieval
 from icrlhf.memory.selectors import RetrievedExample
 
@@ -77,7 +77,7 @@ def examples_record(
     example_ids = [str(example.pk) for example in examples]
     # robust: with the broker down the decision still succeeds; the examples stay pending and
     # the memory sweeper indexes them once the broker is back.
-    transaction.on_commit(lambda: tasks.examples_index.delay(example_ids), robust=True)
+    transaction.on_commit(lambda: index_tasks.examples_index.delay(example_ids), robust=True)
     return examples
 
 
@@ -131,18 +131,14 @@ def rewarded_steps_record(*, queue_id: int, steps: Sequence[RewardedStep]) -> li
     )
     example_ids = [str(example.pk) for example in examples]
     if example_ids:
-        transaction.on_commit(lambda: tasks.examples_index.delay(example_ids), robust=True)
+        transaction.on_commit(lambda: index_tasks.examples_index.delay(example_ids), robust=True)
     return examples
 
 
 def _turns(conversation: Sequence[dict[str, Any]], draft: ExampleDraft) -> list[dict[str, Any]]:
     """The step as OpenAI turns: the conversation (the caller's system text is its own, not
     the step's), then the action."""
-    action: dict[str, Any] = {"role": "assistant", "content": draft.output_text or None}
-    if draft.tool_calls:
-        action["tool_calls"] = draft.tool_calls
-    else:
-        action["content"] = draft.output_text
+    action = signatures.action_message(draft.output_text, draft.tool_calls)
     turns = [turn for turn in conversation if turn.get("role") in ("user", "assistant", "tool")]
     return [*turns, action]
 

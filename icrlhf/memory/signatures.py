@@ -89,6 +89,14 @@ def _canonical(response_format: dict[str, Any] | None) -> tuple[tuple[str, str],
     )
 
 
+def action_message(text: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """An action as the assistant message that took it, in OpenAI's shape: its words, and its
+    tool calls with the words beside them (`content` None when there are none)."""
+    if not tool_calls:
+        return {"role": "assistant", "content": text}
+    return {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
+
+
 def action_text(text: str, tool_calls: list[dict[str, Any]]) -> str:
     """An action as one text (for the admin, exports and the similarity of answers): its
     words, then each tool call as `name(arguments)`."""
