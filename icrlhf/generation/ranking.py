@@ -28,7 +28,8 @@ from icrlhf.kinds import kind_of
 from icrlhf.kinds.labels import answer_key
 from icrlhf.memory import selectors as memory_selectors
 from icrlhf.memory.selectors import Recall, RetrievedExample
-from icrlhf.queues.models import Item, Queue
+from icrlhf.queues.locks import item_lock_if_present
+from icrlhf.queues.models import Queue
 
 logger = logging.getLogger(__name__)
 
@@ -295,7 +296,7 @@ def generation_rank(*, generation_id: int) -> bool:
     with transaction.atomic():
         # The item's row lock is the one decisions take: none lands between the check and
         # the renumbering.
-        Item.objects.select_for_update().filter(pk=generation.item_id).first()
+        item_lock_if_present(generation.item_id)
         blind = generation.blind or _drawn_blind(generation_id, queue.blind_percent)
         claimed = Generation.objects.filter(pk=generation_id, ranked_at__isnull=True).update(
             ranked_at=timezone.now(), calibration=calibration, blind=blind

@@ -18,6 +18,7 @@ from icrlhf.generation.pipeline import fair_priority, generation_finish_if_compl
 from icrlhf.kinds import kind_of
 from icrlhf.memory.models import Example
 from icrlhf.queues import services as queue_services
+from icrlhf.queues.locks import item_lock
 from icrlhf.queues.models import Item, Queue
 
 
@@ -229,7 +230,7 @@ def candidate_retry(*, candidate_id: int) -> None:
 @transaction.atomic
 def generation_regenerate(*, item_id: int) -> Generation:
     """A fresh set of candidates for an undecided item (the old ones stay on record)."""
-    item = Item.objects.select_for_update().select_related("queue").get(pk=item_id)
+    item = item_lock(item_id)
     if item.status not in {Item.Status.READY, Item.Status.FAILED}:
         raise ValidationError(
             f"An item that is {item.get_status_display().lower()} cannot be regenerated."
@@ -256,7 +257,7 @@ def generation_try_again(
     """A reviewer's "try again": the latest round's answers go back with their rewards (those
     not rated count as rejected, 0.0) and what the reviewer said, and a new round is
     generated with them as earlier attempts (in-context RL). The rounds stay on record."""
-    item = Item.objects.select_for_update().get(pk=item_id)
+    item = item_lock(item_id)
     previous = selectors.generation_latest(item=item)
     if previous is None or not previous.candidates.filter(status=Candidate.Status.DONE).exists():
         raise ValidationError("There are no answers to try again from yet.")

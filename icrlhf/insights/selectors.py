@@ -429,9 +429,8 @@ def _holdout(queue: Queue, days: list[date]) -> Holdout:
     by_day = {day: (Arm(), Arm()) for day in days}
     judged: set[int] = set()
     rows = (
-        Decision.objects.standing()
-        .filter(item__queue=queue, item__calls__isnull=False)
-        .order_by("created_at", "pk")
+        Decision.objects.filter(item__queue=queue, item__calls__isnull=False)
+        .first_standing_per_item()
         .values_list(
             "item_id",
             "item__calls__created_at",
@@ -441,7 +440,7 @@ def _holdout(queue: Queue, days: list[date]) -> Holdout:
         )
     )
     for item_id, served_at, verdict, served, holdout in rows.iterator():
-        if item_id in judged:
+        if item_id in judged:  # a row per call: an item made of several calls counts once
             continue
         judged.add(item_id)
         accepted = verdict == Decision.Verdict.CHOSEN and bool(served)
@@ -534,20 +533,18 @@ def _automation(queue: Queue, days: list[date]) -> AutomationBoard:
 
 def _anchoring(queue: Queue, days: list[date]) -> Anchoring:
     since = timezone.make_aware(datetime.combine(days[0], datetime.min.time()))
-    first: dict[int, Decision] = {}
-    for decision in (
-        Decision.objects.standing()
-        # Decided once ranked: before, every item is shown shuffled and without confidence.
-        .filter(
+    first = {
+        decision.item_id: decision
+        for decision in Decision.objects.filter(
+            # Decided once ranked: before, every item is shown shuffled and without confidence.
             item__queue=queue,
             created_at__gte=since,
             generation__ranked_at__isnull=False,
             created_at__gt=F("generation__ranked_at"),
         )
+        .first_standing_per_item()
         .select_related("generation")
-        .order_by("created_at", "pk")
-    ):
-        first.setdefault(decision.item_id, decision)
+    }
     tops = {
         candidate.generation_id: candidate
         for candidate in Candidate.objects.filter(

@@ -102,8 +102,3 @@ def queue_for_member(user: AnyUser, **lookup: object) -> Queue:
 def review_check(user: AnyUser, queue: Queue) -> None:
     if not can_review(user, queue):
         raise PermissionDenied("You are not a reviewer of this queue.")
-
-
-def curate_check(user: AnyUser, queue: Queue) -> None:
-    if not can_curate(user, queue):
-        raise PermissionDenied("You are not a curator of this queue.")

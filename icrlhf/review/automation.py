@@ -16,9 +16,10 @@ from django.utils import timezone
 from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.kinds import kind_of
+from icrlhf.queues.locks import item_lock
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review import guard, tasks
-from icrlhf.review.claims import DecisionConflict, item_lock
+from icrlhf.review.claims import DecisionConflict
 from icrlhf.review.models import Automation, Decision
 
 logger = logging.getLogger(__name__)

@@ -57,14 +57,12 @@ def samples_of(queue: Queue) -> list[Sample]:
     decided; a candidate counts as accepted when it is what the reviewer kept (the same
     answer, whichever candidate they clicked)."""
     kind = kind_of(queue)
-    first_decisions: dict[int, Decision] = {}
-    for decision in (
-        Decision.objects.standing()
-        .filter(item__queue=queue)
-        .order_by("created_at", "pk")
+    first_decisions = {
+        decision.item_id: decision
+        for decision in Decision.objects.filter(item__queue=queue)
+        .first_standing_per_item()
         .only("item_id", "generation_id", "verdict", "final_text")
-    ):
-        first_decisions.setdefault(decision.item_id, decision)
+    }
     candidates: dict[int, list[Candidate]] = {}
     for candidate in Candidate.objects.filter(
         generation_id__in=[d.generation_id for d in first_decisions.values()],

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from icrlhf.generation import selectors as generation_selectors
@@ -16,9 +16,11 @@ from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.kinds import kind_of
 from icrlhf.memory.services import rating_reward
+from icrlhf.queues.locks import item_lock
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.judgements import comment_check, ratings_check, reasons_check
-from icrlhf.review.models import Claim, Decision
+from icrlhf.review.models import Claim, standing_filter
+from icrlhf.review.selectors import free_slots, items_with_free_slots, reviewable
 
 # How many of the oldest open items "next item" tries before saying the queue is empty.
 _NEXT_ITEM_WINDOW = 50
@@ -30,12 +32,6 @@ class DecisionConflict(Exception):
 
 def claim_ttl() -> timedelta:
     return timedelta(seconds=settings.REVIEW_CLAIM_TTL_S)
-
-
-def item_lock(item_id: int) -> Item:
-    """Serializes claims and decisions on one item (a no-op on SQLite, whose write
-    transactions are serialized already)."""
-    return Item.objects.select_for_update().select_related("queue").get(pk=item_id)
 
 
 def shown_check(shown_candidate_ids: Sequence[int] | None, *, generation: Generation) -> None:
@@ -52,28 +48,6 @@ def shown_check(shown_candidate_ids: Sequence[int] | None, *, generation: Genera
         )
 
 
-def standing_decisions(item: Item) -> QuerySet[Decision]:
-    return item.decisions.standing()
-
-
-def free_slots(item: Item, reviewer: User, now: datetime) -> int:
-    """Reviewers the item can still take, not counting this reviewer's own claim."""
-    decided = standing_decisions(item).count()
-    held_by_others = item.claims.filter(expires_at__gt=now).exclude(reviewer=reviewer).count()
-    return item.queue.reviewers_per_item - decided - held_by_others
-
-
-def reviewable() -> Q:
-    """Items a reviewer can work on: ready, or still generating with a finished candidate in
-    the running generation (candidates are pickable as they arrive)."""
-    finished = Candidate.objects.filter(
-        generation__item=OuterRef("pk"),
-        generation__status=Generation.Status.RUNNING,
-        status=Candidate.Status.DONE,
-    )
-    return Q(status=Item.Status.READY) | Q(Exists(finished), status=Item.Status.GENERATING)
-
-
 @transaction.atomic
 def claim_take(*, item_id: int, reviewer: User) -> datetime | None:
     """Claim (or renew the claim on) an item; returns the expiry, or None when it is not
@@ -82,9 +56,9 @@ def claim_take(*, item_id: int, reviewer: User) -> datetime | None:
     now = timezone.now()
     if not Item.objects.filter(pk=item.pk).filter(reviewable()).exists():
         return None
-    if standing_decisions(item).filter(reviewer=reviewer).exists():
+    if item.decisions.standing().filter(reviewer=reviewer).exists():
         return None
-    if free_slots(item, reviewer, now) <= 0:
+    if free_slots(item=item, reviewer=reviewer, now=now) <= 0:
         return None
     expires_at = now + claim_ttl()
     # A skip stays recorded when the item comes back: the page tells the reviewer so.
@@ -111,22 +85,13 @@ def claim_next(*, queue: Queue, reviewer: User) -> Item | None:
         return held
     # Items whose every slot is held by other reviewers' live claims are left out here, not
     # tried one by one: with many reviewers on one queue, the oldest items are all taken.
-    candidates = (
+    candidates = items_with_free_slots(
         Item.objects.filter(reviewable())
         .filter(queue=queue)
-        .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
-        .annotate(
-            held=Count(
-                "claims",
-                filter=Q(claims__expires_at__gt=now) & ~Q(claims__reviewer=reviewer),
-                distinct=True,
-            ),
-            decided=Count(
-                "decisions", filter=Q(decisions__superseded_at__isnull=True), distinct=True
-            ),
-        )
-        .filter(held__lt=F("queue__reviewers_per_item") - F("decided"))
-    )
+        .exclude(Q(decisions__reviewer=reviewer) & standing_filter("decisions")),
+        reviewer=reviewer,
+        now=now,
+    ).filter(free_slots__gt=0)
     # What this reviewer skipped comes back to them only after everything else (to others,
     # it comes in its usual place).
     skipped = Claim.objects.filter(item=OuterRef("pk"), reviewer=reviewer, skipped=True)

@@ -4,7 +4,7 @@ kind, the decision webhook), settling an item once its reviewers have decided, a
 import json
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from itertools import combinations
 from typing import Any
 
@@ -17,30 +17,23 @@ from django.utils import timezone
 from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.integrations import webhooks
 from icrlhf.kinds import Final, kind_of
 from icrlhf.memory import services as memory_services
 from icrlhf.memory.curation import examples_usage_record
 from icrlhf.memory.services import ExampleDraft
 from icrlhf.memory.signatures import action_text
+from icrlhf.queues.locks import item_lock
 from icrlhf.queues.models import Item
 from icrlhf.review import automation, tasks
-from icrlhf.review.claims import (
-    DecisionConflict,
-    claim_ttl,
-    free_slots,
-    item_lock,
-    reviewable,
-    shown_check,
-    standing_decisions,
-)
+from icrlhf.review.claims import DecisionConflict, claim_ttl, shown_check
 from icrlhf.review.judgements import (
     comment_check,
     pick_agrees_check,
     ratings_check,
     reasons_check,
 )
-from icrlhf.review.models import Automation, Claim, Decision
+from icrlhf.review.models import Claim, Decision
+from icrlhf.review.selectors import free_slots, reviewable
 
 
 @transaction.atomic
@@ -81,10 +74,10 @@ def decision_record(
         raise DecisionConflict(
             f"This item is {item.get_status_display().lower()}, so it cannot be decided now."
         )
-    if standing_decisions(item).filter(reviewer=reviewer).exists():
+    if item.decisions.standing().filter(reviewer=reviewer).exists():
         raise DecisionConflict("You have already decided this item; your choice was not saved.")
     holds_claim = item.claims.filter(reviewer=reviewer, expires_at__gt=now).exists()
-    if not holds_claim and free_slots(item, reviewer, now) <= 0:
+    if not holds_claim and free_slots(item=item, reviewer=reviewer, now=now) <= 0:
         raise DecisionConflict(
             "Another reviewer is working on this item; your choice was not saved."
         )
@@ -164,7 +157,7 @@ def decision_record(
 
 def _item_settle(item: Item) -> None:
     """Decided once every reviewer the queue asks for has decided; agreement recorded."""
-    standing = list(standing_decisions(item))
+    standing = list(item.decisions.standing())
     complete = len(standing) >= item.queue.reviewers_per_item
     Item.objects.filter(pk=item.pk).update(
         status=Item.Status.DECIDED if complete else Item.Status.READY,
@@ -182,13 +175,15 @@ def agreement_of(decisions: Sequence[Decision]) -> float:
 @transaction.atomic
 def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
     """Take back a decision within the undo window: it is superseded (kept on record), its
-    examples leave the memory, the item is open again and claimed back for the reviewer."""
-    try:
-        decision = (
-            Decision.objects.standing().select_for_update().get(pk=decision_id, reviewer=reviewer)
-        )
-    except Decision.DoesNotExist as error:
-        raise DecisionConflict("There is no decision of yours to undo.") from error
+    examples leave the memory, the item is open again and claimed back for the reviewer.
+    The item is locked before the decision, as `decision_record` locks it (queues/locks.py)."""
+    yours = Decision.objects.standing().filter(pk=decision_id, reviewer=reviewer)
+    item_id = yours.values_list("item_id", flat=True).first()
+    item = item_lock(item_id) if item_id is not None else None
+    # Read again under the lock: another request may have undone it meanwhile.
+    decision = yours.select_for_update().first() if item is not None else None
+    if item is None or decision is None:
+        raise DecisionConflict("There is no decision of yours to undo.")
     now = timezone.now()
     if now - decision.created_at > timedelta(seconds=settings.REVIEW_UNDO_WINDOW_S):
         raise DecisionConflict("The undo window has passed; the decision stands.")
@@ -196,7 +191,6 @@ def decision_undo(*, decision_id: int, reviewer: User) -> Decision:
     decision.save(update_fields=["superseded_at"])
     memory_services.examples_withdraw(decision_id=decision.pk, actor=reviewer)
     _memory_credit(decision, undo=True)
-    item = item_lock(decision.item_id)
     if decision.replaced is not None:
         _kind_undo(item, replaced=decision.replaced)
     _webhook_on_commit(decision, kind_of(item.queue).undone_event)
@@ -368,88 +362,4 @@ def _webhook_on_commit(decision: Decision, event: str) -> None:
         queue=decision.item.queue,
         final_fields=decision.final_fields,
         send=lambda: tasks.decision_webhook.delay(decision.pk, event),
-    )
-
-
-def decision_webhook_send(*, decision_id: int, event: str) -> None:
-    """Tell the queue's receiver, signed: a decision made (unless undone since: its undo
-    follows), or taken back (with the item as it is now, restored)."""
-    decision = Decision.objects.select_related("item__queue", "reviewer", "chosen_candidate").get(
-        pk=decision_id
-    )
-    if event == kind_of(decision.item.queue).decided_event and decision.superseded_at:
-        return
-    chosen = decision.chosen_candidate
-    _webhook_post(
-        decision.item,
-        event=event,
-        verdict=decision.verdict,
-        final_text=decision.final_text,
-        final_fields=decision.final_fields,
-        # A captured gateway call: whether reviewers kept what the application was served.
-        served_accepted=(
-            decision.verdict == Decision.Verdict.CHOSEN and chosen is not None and chosen.served
-        ),
-        decision_id=decision.pk,
-        decided_by=decision.reviewer.get_username(),
-        decided_at=decision.created_at,
-        undone_at=decision.superseded_at,
-    )
-
-
-def automation_webhook_send(*, automation_id: int, event: str) -> None:
-    """The same message for an automatic application (`automated: true`, its confidence)."""
-    applied = Automation.objects.select_related("item__queue", "candidate").get(pk=automation_id)
-    if event == kind_of(applied.item.queue).decided_event and (
-        applied.undone_at or applied.audit_decision_id
-    ):
-        return  # undone (its undo follows), or an audit decided since (its decision was sent)
-    _webhook_post(
-        applied.item,
-        event=event,
-        verdict=Decision.Verdict.CHOSEN,
-        final_text=applied.final_text,
-        final_fields=applied.final_fields,
-        served_accepted=applied.candidate.served,
-        decision_id=None,
-        decided_by=None,
-        decided_at=applied.created_at,
-        undone_at=applied.undone_at,
-        automated=True,
-        confidence=applied.confidence,
-    )
-
-
-def _webhook_post(
-    item: Item,
-    *,
-    event: str,
-    final_fields: dict[str, Any] | None,
-    decided_at: datetime,
-    undone_at: datetime | None,
-    **fields: Any,
-) -> None:
-    queue = item.queue
-    if not queue.webhook_url:
-        return
-    payload = {
-        "event": event,
-        "queue": queue.slug,
-        "item": {
-            "id": item.pk,
-            "external_id": item.external_id,
-            "source": item.source,
-            "input": item.input_text,
-            "metadata": item.metadata,
-            "status": item.status,
-        },
-        "automated": False,
-        "final_fields": final_fields,
-        **fields,
-        "decided_at": decided_at.isoformat(),
-        "undone_at": undone_at.isoformat() if undone_at else None,
-        **kind_of(queue).webhook_extra(item=item, final_fields=final_fields),
-    }
-    webhooks.post_signed(
-        url=queue.webhook_url, secret=queue.webhook_secret, event=event, payload=payload
     )

@@ -10,7 +10,6 @@ from icrlhf.review.judgements import MAX_COMMENT_CHARS
 
 # A decision "shown" longer ago than this did not take that long: the time is not recorded.
 _MAX_DECIDE_MS = 24 * 3600 * 1000
-_TRIAGE_FIELDS = ("category", "priority", "reply")
 _SHOWN = r"^[0-9]{1,18}(,[0-9]{1,18}){0,63}$"
 _RATING_FIELD = re.compile(r"^rating_([0-9]{1,18})$")
 _RATING_VALUE = re.compile(r"^[0-9]{1,2}$")  # ASCII digits only: int() takes "²" and worse
@@ -33,13 +32,18 @@ class DecisionInput:
 
 class DecisionForm(forms.Form):
     """`choice` is "c<candidate id>" or "none". Each candidate's editor posts
-    final_text_<id>, the triage corrections triage_<field>, the reasons reason_tags (the
-    service checks them against the queue's): the form reads them all."""
+    final_text_<id>, the kind's corrections correction_<field> (`correction_fields`: its
+    template's), the reasons reason_tags (the service checks them against the queue's): the
+    form reads them all."""
 
     choice = forms.RegexField(regex=r"^(c\d+|none)$")
     comment = forms.CharField(required=False, max_length=MAX_COMMENT_CHARS)
     shown_at_ms = forms.IntegerField(required=False, min_value=0)
     shown_candidates = forms.RegexField(regex=_SHOWN, required=False)
+
+    def __init__(self, data: QueryDict, *, correction_fields: tuple[str, ...]) -> None:
+        super().__init__(data)
+        self.correction_fields = correction_fields
 
     def decision_input(self) -> DecisionInput:
         """Call after is_valid()."""
@@ -58,7 +62,8 @@ class DecisionForm(forms.Form):
             comment=_lines(data["comment"]),
             time_to_decide_ms=elapsed_ms,
             corrections={
-                key: _lines(self.data.get(f"triage_{key}", "")).strip() for key in _TRIAGE_FIELDS
+                key: _lines(self.data.get(f"correction_{key}", "")).strip()
+                for key in self.correction_fields
             },
             shown_candidate_ids=_shown_ids(data["shown_candidates"]),
             ratings=data["ratings"],

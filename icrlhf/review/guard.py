@@ -27,7 +27,7 @@ from icrlhf.generation.calibration import precision_upper_bound
 from icrlhf.integrations import webhooks
 from icrlhf.kinds.labels import answer_key
 from icrlhf.queues.models import Queue
-from icrlhf.review.models import Automation, AutomationPause, Decision
+from icrlhf.review.models import Automation, AutomationPause, Decision, standing_filter
 
 ALPHA = 0.05  # the chance of a false alarm, over the whole time automation runs
 DROP = 0.10  # the fall in precision the test is tuned to catch quickly
@@ -95,11 +95,11 @@ def audits_since_start(queue: Queue, threshold: float) -> list[bool]:
     """The outcomes of the audits of automations at this threshold (the queue's current one),
     since automation started at it or was last resumed, in the order they were decided."""
     automations = Automation.objects.filter(
+        standing_filter("audit_decision"),
         item__queue=queue,
         audit=True,
         undone_at__isnull=True,
         audit_decision__isnull=False,
-        audit_decision__superseded_at__isnull=True,
         threshold=threshold,
     ).select_related("audit_decision")
     # Watched afresh from the latest resume (while paused, the pause) or change of threshold:

@@ -1,18 +1,37 @@
 from django.conf import settings
 from django.db import models
+from django.db.models import Exists, OuterRef, Q
 
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.queues.models import Item, Queue
 
 
+def standing_filter(via: str = "") -> Q:
+    """Decisions that count: not undone (an undone one stays on record, superseded). On
+    Decision rows, or `via` a relation to them ("decisions", "audit_decision") on others."""
+    return Q(**{f"{via}__superseded_at__isnull" if via else "superseded_at__isnull": True})
+
+
 class DecisionQuerySet(models.QuerySet["Decision"]):
     def standing(self) -> "DecisionQuerySet":
-        """Decisions that count: not undone (an undone one stays on record, superseded)."""
-        return self.filter(superseded_at__isnull=True)
+        """Decisions that count (`standing_filter`)."""
+        return self.filter(standing_filter())
+
+    def first_standing_per_item(self) -> "DecisionQuerySet":
+        """Of these decisions, each item's first standing one, oldest first: the earliest, the
+        lower id first when two were made at the same instant."""
+        decisions = self.standing()
+        earlier = decisions.filter(item=OuterRef("item")).filter(
+            Q(created_at__lt=OuterRef("created_at"))
+            | Q(created_at=OuterRef("created_at"), pk__lt=OuterRef("pk"))
+        )
+        return decisions.filter(~Exists(earlier)).order_by("created_at", "pk")
 
 
 class Decision(models.Model):
-    """A reviewer's verdict on one generation. Append-only: never updated in place."""
+    """A reviewer's verdict on one generation. Its verdict and answer are never changed: what
+    its kind replaced is filled in as it is made, and an undo marks it superseded, keeping
+    it on record."""
 
     class Verdict(models.TextChoices):
         CHOSEN = "chosen", "Chosen"
@@ -72,7 +91,7 @@ class Decision(models.Model):
             # One standing decision per reviewer and item; undone ones stay on record.
             models.UniqueConstraint(
                 fields=["item", "reviewer"],
-                condition=models.Q(superseded_at__isnull=True),
+                condition=standing_filter(),
                 name="decision_one_standing_per_reviewer",
             ),
         ]

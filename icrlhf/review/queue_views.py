@@ -7,6 +7,7 @@ from django.shortcuts import redirect, render
 from icrlhf.accounts.ratelimit import attempt_allowed, seconds_left_in_window
 from icrlhf.generation.ranking import calibration_latest
 from icrlhf.generation.services import item_create
+from icrlhf.kinds import kind_of
 from icrlhf.queues.access import (
     can_curate,
     can_review,
@@ -32,10 +33,10 @@ def queue_list(request: HttpRequest) -> HttpResponse:
 
 def queue_detail(request: HttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
-    # The ticket flow owns how a triage queue's items are created and listed (its form, its
-    # SLA-ordered list); other queues take a prompt.
-    triage = queue.kind == Queue.Kind.TRIAGE
-    form: forms.Form = (TicketCreateForm if triage else ItemCreateForm)(request.POST or None)
+    # The ticket flow owns how a queue of tickets has its items created and listed (its form,
+    # its SLA-ordered list); other queues take a prompt.
+    takes_tickets = kind_of(queue).takes_tickets
+    form: forms.Form = (TicketCreateForm if takes_tickets else ItemCreateForm)(request.POST or None)
     if request.method == "POST":
         review_check(request.user, queue)
     if request.method == "POST" and form.is_valid():
@@ -51,7 +52,7 @@ def queue_detail(request: HttpRequest, slug: str) -> HttpResponse:
             response["Retry-After"] = str(wait)
             return response
         try:
-            if triage:
+            if takes_tickets:
                 item, _created = ticket_create(
                     queue=queue, source=Item.Source.UI, **form.cleaned_data
                 )
@@ -88,7 +89,7 @@ def _queue_page(
             ),
         ),
     }
-    if queue.kind == Queue.Kind.TRIAGE:
+    if kind_of(queue).takes_tickets:
         filters = TicketFilterForm(
             request.GET or None, queue=queue, channels=tickets_channels(queue=queue)
         )

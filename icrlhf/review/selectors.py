@@ -1,15 +1,25 @@
 import statistics
+import time
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypedDict
 
+from django.conf import settings
 from django.contrib.auth.models import User
-from django.db.models import QuerySet
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from icrlhf.generation.models import Candidate
+from icrlhf.generation import selectors as generation_selectors
+from icrlhf.generation.models import Candidate, Generation
+from icrlhf.kinds import QueueKind, kind_of
+from icrlhf.queues.access import can_review
 from icrlhf.queues.models import Item, Queue
-from icrlhf.review.models import Automation, Claim, Decision
+from icrlhf.review import guard, judgements, live
+from icrlhf.review.models import Automation, Claim, Decision, standing_filter
+
+if TYPE_CHECKING:  # subscripted, it fails at run time
+    from django_stubs_ext import WithAnnotations
 
 _MEDIAN_WINDOW = 200
 
@@ -32,6 +42,47 @@ def decisions_standing(*, item: Item) -> QuerySet[Decision]:
         .select_related("reviewer", "chosen_candidate")
         .order_by("created_at")
     )
+
+
+def reviewable() -> Q:
+    """Items a reviewer can work on: ready, or still generating with a finished candidate in
+    the running generation (candidates are pickable as they arrive)."""
+    finished = Candidate.objects.filter(
+        generation__item=OuterRef("pk"),
+        generation__status=Generation.Status.RUNNING,
+        status=Candidate.Status.DONE,
+    )
+    return Q(status=Item.Status.READY) | Q(Exists(finished), status=Item.Status.GENERATING)
+
+
+class FreeSlots(TypedDict):
+    """What `items_with_free_slots` adds to each item."""
+
+    free_slots: int
+
+
+def items_with_free_slots(
+    items: QuerySet[Item], *, reviewer: User, now: datetime
+) -> "QuerySet[WithAnnotations[Item, FreeSlots]]":
+    """The items, each with `free_slots`: the reviewers it can still take besides this one
+    (the queue's reviewers per item, less its standing decisions and other reviewers' live
+    claims; this reviewer's own claim takes no one's slot)."""
+    return items.annotate(
+        free_slots=F("queue__reviewers_per_item")
+        - Count("decisions", filter=standing_filter("decisions"), distinct=True)
+        - Count(
+            "claims",
+            filter=Q(claims__expires_at__gt=now) & ~Q(claims__reviewer=reviewer),
+            distinct=True,
+        )
+    )
+
+
+def free_slots(*, item: Item, reviewer: User, now: datetime) -> int:
+    """`items_with_free_slots` of one item."""
+    items = items_with_free_slots(Item.objects.filter(pk=item.pk), reviewer=reviewer, now=now)
+    slots: int = items.values_list("free_slots", flat=True).get()
+    return slots
 
 
 def automation_latest(*, item: Item) -> Automation | None:
@@ -100,7 +151,7 @@ def items_skipped(*, queue: Queue, reviewer: User) -> QuerySet[Item]:
             claims__skipped=True,
         )
         .exclude(claims__reviewer=reviewer, claims__expires_at__gt=timezone.now())
-        .exclude(decisions__reviewer=reviewer, decisions__superseded_at__isnull=True)
+        .exclude(Q(decisions__reviewer=reviewer) & standing_filter("decisions"))
         .order_by("created_at")
     )
 
@@ -118,7 +169,7 @@ def item_outcome(*, item: Item) -> Outcome:
     generation = item.generations.order_by("-created_at").first()
     return Outcome(
         candidates=[] if generation is None else list(generation.candidates.order_by("position")),
-        decision=item.decisions.standing().order_by("created_at").first(),
+        decision=item.decisions.first_standing_per_item().first(),
         automation=automation_latest(item=item),
     )
 
@@ -219,3 +270,175 @@ def rounds_earlier(*, item: Item) -> list[EarlierRound]:
             )
         )
     return rounds
+
+
+@dataclass(frozen=True)
+class CandidateCard:
+    """A candidate as the item page shows it, with what its row does not say."""
+
+    candidate: Candidate
+    problem: live.Problem  # a failed or retrying one's error, as a reviewer reads it
+    waiting: str  # a pending or running one's state
+    prefill: dict[str, str]  # what picking it puts into the kind's correction fields
+
+
+@dataclass(frozen=True)
+class ItemPage:
+    """What the workbench shows of one item to one user, and what they may do there. Its
+    fields are the item template's names (`context`)."""
+
+    item: Item
+    queue: Queue
+    kind: QueueKind
+    generation: Generation | None
+    cards: list[CandidateCard]
+    # The categories the candidates propose, first in the kind's category list; then every
+    # other one, sorted.
+    likely_categories: list[str]
+    other_categories: list[str]
+    step_state: StepState | None
+    # Rounds a reviewer sent back with "try again" before this one, as they were.
+    rounds_earlier: list[EarlierRound]
+    # Polling goes on until nothing can change without the reviewer (the ranking's order
+    # included), so that the page always shows what a reload would.
+    polling: bool
+    waiting: live.Waiting | None
+    # Said only when the order rests on something: this queue's decisions or memory.
+    ranked_by_history: bool
+    skipped_before: bool
+    progress: generation_selectors.Progress | None
+    retrievals: generation_selectors.Retrievals | None
+    decisions: list[Decision]
+    automation: Automation | None
+    # An audit looks like any other item until decided: it is not said to be applied.
+    blind: bool
+    audit_agreed: bool | None
+    can_undo_automation: bool
+    my_decision: Decision | None
+    my_claim: Claim | None
+    # A reviewer who opens an item with something to pick claims it, but never by the page's
+    # GET (a link from another site must not claim work): the page posts the claim as it
+    # loads.
+    claim_on_load: bool
+    other_claims: list[Claim]
+    # Controls appear with the first finished candidate; the others join as they arrive, and
+    # polling keeps (hx-preserve) what the reviewer has picked or typed. (Taken as the page
+    # loads when not yet held: deciding still checks the hold.)
+    can_decide: bool
+    # Regenerating or retrying follows the claim: not while someone else holds the item.
+    can_regenerate: bool
+    shown_at_ms: int
+    comment_max_chars: int
+    undo_window_s: int
+    claim_renew_ms: int
+    review_progress: ReviewProgress | None  # a reviewer's, on the whole page (not its polls)
+
+    def context(self) -> dict[str, object]:
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+
+def item_page(*, item: Item, user: User, poll: bool) -> ItemPage:
+    """The workbench for one item as `user` sees it; `poll`: for a refresh of its live part."""
+    reviewer = can_review(user, item.queue)
+    generation = generation_selectors.generation_latest(item=item)
+    # The worker finishes a generation and readies its item in one transaction, but `item`
+    # was read before `generation`: read its status again, so a poll never sees a finished
+    # generation with an item still generating (and stops polling with nothing to pick).
+    # PostgreSQL's READ COMMITTED showed this in the tests; SQLite rarely does.
+    item.refresh_from_db(fields=["status"])
+    decisions = list(decisions_standing(item=item))
+    mine = next((d for d in decisions if d.reviewer_id == user.pk), None)
+    claims = list(claims_active(item=item))
+    my_claim = next((c for c in claims if c.reviewer_id == user.pk), None)
+    open_to_pick = Item.objects.filter(pk=item.pk).filter(reviewable()).exists()
+    claim_on_load = (
+        reviewer
+        and open_to_pick
+        and mine is None
+        and my_claim is None
+        and free_slots(item=item, reviewer=user, now=timezone.now()) > 0
+    )
+    automation = automation_latest(item=item)
+    kind = kind_of(item.queue)
+    candidates = (
+        list(generation_selectors.generation_candidates(generation=generation))
+        if generation
+        else []
+    )
+    now = timezone.now()
+    cards = [
+        CandidateCard(
+            candidate=candidate,
+            problem=live.candidate_problem(candidate=candidate, show_detail=user.is_staff),
+            waiting=live.candidate_waiting(candidate=candidate, now=now),
+            prefill=kind.prefill(text=candidate.text, fields=candidate.fields, queue=item.queue),
+        )
+        for candidate in candidates
+    ]
+    likely = list(dict.fromkeys(c.prefill["category"] for c in cards if c.prefill.get("category")))
+    return ItemPage(
+        item=item,
+        queue=item.queue,
+        kind=kind,
+        generation=generation,
+        cards=cards,
+        likely_categories=likely,
+        other_categories=sorted(set(item.queue.categories) - set(likely), key=str.lower),
+        step_state=step_state(item=item),
+        rounds_earlier=rounds_earlier(item=item),
+        polling=generation is not None
+        and not live.generation_settled(generation=generation, decided=bool(decisions), now=now),
+        waiting=live.generation_waiting(
+            generation=generation,
+            candidates=candidates,
+            ahead=live.generations_ahead(generation=generation),
+            now=now,
+        )
+        if generation
+        else None,
+        ranked_by_history=generation is not None
+        and generation.ranked_at is not None
+        and bool(generation.calibration_id or generation.stored_examples),
+        skipped_before=my_claim is not None and my_claim.skipped and mine is None,
+        progress=(
+            generation_selectors.generation_progress(generation=generation) if generation else None
+        ),
+        retrievals=(
+            generation_selectors.generation_retrievals(generation=generation)
+            if generation
+            else None
+        ),
+        decisions=decisions,
+        automation=automation,
+        blind=bool(
+            automation
+            and automation.audit
+            and automation.undone_at is None
+            and automation.audit_decision_id is None
+        ),
+        audit_agreed=guard.audit_agreed(automation) if automation else None,
+        can_undo_automation=reviewer
+        and automation is not None
+        and not automation.audit
+        and automation.undone_at is None,
+        my_decision=mine,
+        my_claim=my_claim,
+        claim_on_load=claim_on_load,
+        other_claims=[c for c in claims if c.reviewer_id != user.pk],
+        can_decide=reviewer
+        and mine is None
+        and open_to_pick
+        and (my_claim is not None or claim_on_load)
+        and generation is not None,
+        can_regenerate=reviewer
+        and item.status in {Item.Status.READY, Item.Status.FAILED}
+        and not decisions
+        and (my_claim is not None or len(claims) == 0),
+        shown_at_ms=int(time.time() * 1000),
+        comment_max_chars=judgements.MAX_COMMENT_CHARS,
+        undo_window_s=settings.REVIEW_UNDO_WINDOW_S,
+        claim_renew_ms=max(5, settings.REVIEW_CLAIM_TTL_S // 3) * 1000,
+        review_progress=(
+            review_progress(queue=item.queue, reviewer=user) if reviewer and not poll else None
+        ),
+    )

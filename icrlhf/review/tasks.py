@@ -3,7 +3,7 @@ from typing import Any
 from celery import shared_task
 
 from icrlhf.integrations.webhooks import WebhookTransientError
-from icrlhf.review import calibrations, decisions, guard
+from icrlhf.review import calibrations, guard, webhooks
 
 # The name predates the webhook's move to review and to every kind of queue: messages
 # already queued still find it.
@@ -20,12 +20,12 @@ _WEBHOOK_RETRIES: dict[str, Any] = {
 @shared_task(name="triage.ticket_webhook", **_WEBHOOK_RETRIES)
 def decision_webhook(decision_id: int, event: str = "") -> None:
     # No event: a message queued before undo had its own event, a triage.
-    decisions.decision_webhook_send(decision_id=decision_id, event=event or "ticket.triaged")
+    webhooks.decision_webhook_send(decision_id=decision_id, event=event or "ticket.triaged")
 
 
 @shared_task(name="review.automation_webhook", **_WEBHOOK_RETRIES)
 def automation_webhook(automation_id: int, event: str) -> None:
-    decisions.automation_webhook_send(automation_id=automation_id, event=event)
+    webhooks.automation_webhook_send(automation_id=automation_id, event=event)
 
 
 @shared_task(name="review.pause_webhook", **_WEBHOOK_RETRIES)

@@ -1,4 +1,3 @@
-import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -16,19 +15,18 @@ from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
-from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation.models import Candidate
 from icrlhf.kinds import kind_of
-from icrlhf.queues.access import can_review, queue_for_member, review_check
+from icrlhf.queues.access import queue_for_member, review_check
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review import automation as review_automation
 from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
-from icrlhf.review import guard, judgements, live, selectors, tool_edits
+from icrlhf.review import selectors, tool_edits
 from icrlhf.review.forms import DecisionForm, TryAgainForm
 from icrlhf.review.models import Automation, Decision
 
-# A decision said to take longer than a day comes from a stale page: its time is not recorded.
+# The reviewer's last decision, offered for undo until its window has passed (`_undo_offer`).
 _UNDO_SESSION_KEY = "review_undo_decision"
 
 
@@ -58,6 +56,7 @@ def queue_review(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     skipped = list(selectors.items_skipped(queue=queue, reviewer=request.user))
     context = {
         "queue": queue,
+        "kind": kind_of(queue),
         "progress": progress,
         "skipped": skipped,
         "day": selectors.review_day_summary(queue=queue, reviewer=request.user),
@@ -77,124 +76,12 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     """The workbench for one item; for htmx polls only its live part (polling stops when
     the generation is done). Opening an open item claims it for a reviewer."""
     item = _item_for(request, item_id)
-    reviewer = can_review(request.user, item.queue)
-    generation = generation_selectors.generation_latest(item=item)
-    # The worker finishes a generation and readies its item in one transaction, but `item`
-    # was read before `generation`: read its status again, so a poll never sees a finished
-    # generation with an item still generating (and stops polling with nothing to pick).
-    # PostgreSQL's READ COMMITTED showed this in the tests; SQLite rarely does.
-    item.refresh_from_db(fields=["status"])
-    decisions = list(selectors.decisions_standing(item=item))
-    mine = next((d for d in decisions if d.reviewer_id == request.user.pk), None)
-    claims = list(selectors.claims_active(item=item))
-    my_claim = next((c for c in claims if c.reviewer_id == request.user.pk), None)
-    # A reviewer who opens an item with something to pick claims it, but never by this GET
-    # (a link from another site must not claim work): the page posts the claim as it loads.
-    open_to_pick = Item.objects.filter(pk=item.pk).filter(review_claims.reviewable()).exists()
-    claim_on_load = (
-        reviewer
-        and open_to_pick
-        and not (mine or my_claim)
-        and review_claims.free_slots(item, request.user, timezone.now()) > 0
-    )
-    automation = selectors.automation_latest(item=item)
-    blind = bool(
-        automation
-        and automation.audit
-        and automation.undone_at is None
-        and automation.audit_decision_id is None
-    )
-    kind = kind_of(item.queue)
-    candidates = (
-        list(generation_selectors.generation_candidates(generation=generation))
-        if generation
-        else []
-    )
-    now = timezone.now()
-    for candidate in candidates:  # read by the page: what a waiting or failed one says
-        candidate.problem = live.candidate_problem(  # type: ignore[attr-defined]
-            candidate=candidate, show_detail=request.user.is_staff
-        )
-        candidate.waiting = live.candidate_waiting(candidate=candidate, now=now)  # type: ignore[attr-defined]
-    # What picking each candidate puts into the kind's correction fields; the categories they
-    # propose come first in the category list, then every other one, sorted.
-    prefills = [kind.prefill(text=c.text, fields=c.fields, queue=item.queue) for c in candidates]
-    for candidate, prefill in zip(candidates, prefills, strict=True):
-        candidate.prefill = prefill  # type: ignore[attr-defined]  # read by the kind's template
-    likely = list(dict.fromkeys(p["category"] for p in prefills if p.get("category")))
-    context: dict[str, Any] = {
-        "item": item,
-        "queue": item.queue,
-        "kind": kind,
-        "likely_categories": likely,
-        "other_categories": sorted(set(item.queue.categories) - set(likely), key=str.lower),
-        "generation": generation,
-        "candidates": candidates,
-        "step_state": selectors.step_state(item=item),
-        # Rounds a reviewer sent back with "try again" before this one, as they were.
-        "rounds_earlier": selectors.rounds_earlier(item=item),
-        # Polling goes on until nothing can change without the reviewer (the ranking's order
-        # included), so that the page always shows what a reload would.
-        "polling": generation is not None
-        and not live.generation_settled(generation=generation, decided=bool(decisions), now=now),
-        "waiting": generation
-        and live.generation_waiting(
-            generation=generation,
-            candidates=candidates,
-            ahead=live.generations_ahead(generation=generation),
-            now=now,
-        ),
-        # Said only when the order rests on something: this queue's decisions or memory.
-        "ranked_by_history": generation is not None
-        and generation.ranked_at is not None
-        and bool(generation.calibration_id or generation.stored_examples),
-        "skipped_before": my_claim is not None and my_claim.skipped and mine is None,
-        "progress": (
-            generation_selectors.generation_progress(generation=generation) if generation else None
-        ),
-        "retrievals": (
-            generation_selectors.generation_retrievals(generation=generation) if generation else []
-        ),
-        "decisions": decisions,
-        "automation": automation,
-        # An audit looks like any other item until decided: it is not said to be applied.
-        "blind": blind,
-        "audit_agreed": automation and guard.audit_agreed(automation),
-        "can_undo_automation": reviewer
-        and automation is not None
-        and not automation.audit
-        and automation.undone_at is None,
-        "my_decision": mine,
-        "my_claim": my_claim,
-        "claim_on_load": claim_on_load,
-        "other_claims": [c for c in claims if c.reviewer_id != request.user.pk],
-        # Controls appear with the first finished candidate; the others join as they
-        # arrive, and polling keeps (hx-preserve) what the reviewer has picked or typed.
-        # (Taken as the page loads when not yet held: deciding still checks the hold.)
-        "can_decide": reviewer
-        and mine is None
-        and open_to_pick
-        and (my_claim is not None or claim_on_load)
-        and generation is not None,
-        # Regenerating or retrying follows the claim: not while someone else holds the item.
-        "can_regenerate": reviewer
-        and item.status in {Item.Status.READY, Item.Status.FAILED}
-        and not decisions
-        and (my_claim is not None or len(claims) == 0),
-        "shown_at_ms": int(time.time() * 1000),
-        "comment_max_chars": judgements.MAX_COMMENT_CHARS,
-        "undo_window_s": settings.REVIEW_UNDO_WINDOW_S,
-        **_undo_offer(request),
-        "claim_renew_ms": max(5, settings.REVIEW_CLAIM_TTL_S // 3) * 1000,
-    }
+    page = selectors.item_page(item=item, user=request.user, poll=bool(request.htmx))
+    context = {**page.context(), **_undo_offer(request)}
     if not request.htmx:
-        if reviewer:
-            context["review_progress"] = selectors.review_progress(
-                queue=item.queue, reviewer=request.user
-            )
         return render(request, "review/item.html", context)
     response = render(request, "review/item.html#live", context)
-    if not context["polling"]:
+    if not page.polling:
         return HttpResponseStopPolling(response.content)
     return response
 
@@ -216,7 +103,6 @@ def _undo_offer(request: HtmxHttpRequest) -> dict[str, Any]:
     return {"undo": decision, "undo_until_ms": until_ms}
 
 
-@require_POST
 @require_POST
 def claim_renew(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     """Takes or renews the reviewer's hold on an item (the item page posts it as it loads,
@@ -248,7 +134,7 @@ def _form_problem(form: DecisionForm | TryAgainForm) -> str:
 def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     item = _item_for(request, item_id)
     review_check(request.user, item.queue)
-    form = DecisionForm(request.POST)
+    form = DecisionForm(request.POST, correction_fields=kind_of(item.queue).correction_fields)
     if not form.is_valid():
         messages.error(request, _form_problem(form))
         return redirect("review:item", item_id=item.pk)

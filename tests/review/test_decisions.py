@@ -1,8 +1,11 @@
+import re
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from icrlhf.generation import pipeline, recovery, tasks
 from icrlhf.generation.models import Candidate, Generation
@@ -11,7 +14,7 @@ from icrlhf.integrations import llm
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.claims import DecisionConflict
-from icrlhf.review.decisions import decision_record
+from icrlhf.review.decisions import decision_record, decision_undo
 from icrlhf.review.models import Decision
 from tests.factories import (
     CandidateFactory,
@@ -303,3 +306,32 @@ def test_an_item_still_open_to_a_reviewer_goes_on_generating(
     decision_record(item_id=item.pk, reviewer=second, verdict="none_acceptable")
     coming.refresh_from_db()
     assert (coming.status, coming.error) == (Candidate.Status.FAILED, STOPPED_BY_DECISION)
+
+
+def _locked_tables(queries: CaptureQueriesContext) -> list[str]:
+    """The tables rows were locked in by SELECT … FOR UPDATE, in the order they were: those
+    it names ("of"), else every table it reads (PostgreSQL locks the rows of each join)."""
+    tables = []
+    for query in queries.captured_queries:
+        lock = re.search(r" FOR (?:NO KEY )?UPDATE(?: OF (?P<of>.+))?$", query["sql"])
+        if lock is not None:
+            named = lock["of"] or query["sql"][: lock.start()]
+            tables += re.findall(r'"(\w+)"' if lock["of"] else r'(?:FROM|JOIN) "(\w+)"', named)
+    return tables
+
+
+@pytest.mark.postgresql  # SQLite locks no rows
+def test_deciding_and_undoing_lock_the_item_first_and_not_its_queue(
+    item_with_candidates: Any, user: Any
+) -> None:
+    item, candidates = item_with_candidates
+    with CaptureQueriesContext(connection) as deciding:
+        decision = decision_record(
+            item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=candidates[0].pk
+        )
+    with CaptureQueriesContext(connection) as undoing:
+        decision_undo(decision_id=decision.pk, reviewer=user)
+
+    assert _locked_tables(deciding) == ["queues_item"]
+    assert _locked_tables(undoing)[:2] == ["queues_item", "review_decision"]
+    assert "queues_queue" not in _locked_tables(undoing)

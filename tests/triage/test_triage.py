@@ -17,6 +17,7 @@ from icrlhf.queues.models import Item
 from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
 from icrlhf.review import tasks as review_tasks
+from icrlhf.review import webhooks as review_webhooks
 from tests.factories import ItemFactory, ready_generation
 from tests.support.webhook_receiver import Receiver
 
@@ -144,7 +145,7 @@ def test_a_triaged_ticket_is_posted_signed_and_retried_on_a_5xx(
     assert len(callbacks) == 2  # index the examples, send the webhook
 
     with pytest.raises(WebhookTransientError, match="answered 503"):
-        review_decisions.decision_webhook_send(decision_id=decision.pk, event="ticket.triaged")
+        review_webhooks.decision_webhook_send(decision_id=decision.pk, event="ticket.triaged")
     result = review_tasks.decision_webhook.apply(args=[decision.pk])  # eager: retries inline
     assert result.successful()
     headers, body = receiver.requests[-1]

@@ -298,3 +298,16 @@ def test_when_only_the_served_answer_is_left_the_page_says_so(
     logged_in.post(f"/items/{item.pk}/decide/", {"choice": f"c{served.pk}"})
     assert Decision.objects.get(item=item).candidates_done == 1
     assert "on the one answer left" in logged_in.get(f"/items/{item.pk}/").content.decode()
+
+
+def test_the_page_object_says_each_candidates_state_beside_its_row(queue: Any, user: User) -> None:
+    item, failed = running_generation(queue, status=Candidate.Status.FAILED, error=TIMEOUT_ERROR)
+    page = selectors.item_page(item=item, user=user, poll=False)
+
+    card = next(card for card in page.cards if card.candidate == failed)
+    assert card.problem.summary == "The model did not answer within 60 s"
+    assert not hasattr(card.candidate, "problem")  # nothing written on the row
+    # Open, unclaimed, a finished candidate to pick: the page takes it as it loads.
+    assert (page.claim_on_load, page.can_decide, page.can_regenerate) == (True, True, False)
+    assert page.review_progress is not None
+    assert selectors.item_page(item=item, user=user, poll=True).review_progress is None
