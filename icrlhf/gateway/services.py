@@ -5,7 +5,6 @@ import hashlib
 import json
 import logging
 import random
-import time
 import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -16,15 +15,11 @@ from django.db import DatabaseError
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.generation import ranking
-from icrlhf.generation import selectors as generation_selectors
-from icrlhf.generation.prompts import conversation_prompt, messages_build
+from icrlhf.generation.context import prompt_context, request_signature
 from icrlhf.ingest.models import IntegrationToken
-from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.redaction import Destination, scrub
-from icrlhf.integrations.vectors import VectorStoreUnavailable
-from icrlhf.kinds import kind_of
-from icrlhf.memory.selectors import Recall, RetrievedExample, examples_recall_anywhere
-from icrlhf.memory.signatures import PLAIN, Signature, tool_names
+from icrlhf.memory.selectors import RetrievedExample, examples_recall_anywhere
+from icrlhf.memory.signatures import PLAIN, tool_names
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.services import RunOwner, step_record
 
@@ -118,34 +113,35 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
     request_text = decision_point(request)
     context = [m.upstream() for m in request.messages]
     options = request.upstream_options()
-    signature = Signature.of_options(options, after_tool_result=request.messages[-1].role == "tool")
     run_key = trajectory_key or str((request.metadata or {}).get("trajectory_id") or "")
     holdout = held_out(queue=queue, run_key=run_key)
     threshold = queue.memory_answer_threshold
     # Only plain text is answered from memory, and never a held-out call.
+    signature = request_signature(conversation=context, options=options)
     may_answer = not holdout and signature == PLAIN
     memory_fit = _memory_fit(queue) if may_answer else None
-    started = time.monotonic()
-    try:
-        recall = examples_recall_anywhere(
-            queue=queue,
-            query_text=request_text,
-            k=queue.k_examples,
-            token_budget=queue.example_token_budget,
-            # The confidence's votes are read off as many neighbours as a generation's.
-            pool=ranking.MEMORY_NEIGHBOURS
-            if memory_fit
-            else _ANSWER_POOL
-            if may_answer and threshold is not None
-            else 0,
-            signature=signature,
+    prompt = prompt_context(
+        queue=queue,
+        query_text=request_text,
+        conversation=context,
+        signature=signature,
+        # The confidence's votes are read off as many neighbours as a generation's.
+        pool=ranking.MEMORY_NEIGHBOURS
+        if memory_fit
+        else _ANSWER_POOL
+        if may_answer and threshold is not None
+        else 0,
+        retrieve=examples_recall_anywhere,
+    )
+    recall = prompt.recall
+    if prompt.memory_error is not None:
+        # The headers and the log say the answer was made without memory.
+        logger.warning(
+            "Gateway call to %s answered without memory: %s", queue.slug, prompt.memory_error
         )
+        memory = Call.Memory.UNAVAILABLE
+    else:
         memory = Call.Memory.USED if recall.examples or recall.neighbours else Call.Memory.EMPTY
-    except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
-        # Better an answer without memory than none: the headers and the log say so.
-        logger.warning("Gateway call to %s answered without memory: %s", queue.slug, error)
-        recall, memory = Recall(examples=[], neighbours=[]), Call.Memory.UNAVAILABLE
-    retrieval_ms = (time.monotonic() - started) * 1000
     top_score = max((r.score for r in recall.examples + recall.neighbours), default=None)
     retrieved = Plan(
         queue=queue,
@@ -154,7 +150,7 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
         request_hash=hashlib.sha256(json.dumps(context).encode()).hexdigest(),
         memory=memory,
         examples=[],
-        retrieval_ms=retrieval_ms,
+        retrieval_ms=prompt.retrieval_ms,
         top_score=top_score,
         holdout=holdout,
         capture=capture_reason(queue=queue, top_score=top_score, memory=memory),
@@ -196,19 +192,7 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
     # A held-out call is retrieved for all the same (its coverage is measured alike), but
     # nothing retrieved reaches its prompt.
     in_prompt = [] if holdout else recall.examples
-    system_prompt, history, request_turn = conversation_prompt(
-        system_prompt=queue.system_prompt, conversation=context
-    )
-    messages = messages_build(
-        system_prompt=system_prompt,
-        instructions=kind_of(queue).instructions(queue),
-        guidelines=queue.guidelines,
-        guidelines_version=queue.guidelines_version,
-        examples=generation_selectors.prompt_examples(queue=queue, retrieved=in_prompt),
-        history=history,
-        request=request_turn,
-        framing=queue.example_framing,
-    )
+    messages = prompt.messages(examples=in_prompt)
     # The caller's sampling parameters, within the queue's limit on answer length.
     params = {"temperature": queue.temperature, "max_tokens": queue.max_tokens}
     params |= request.sampling()

@@ -22,13 +22,20 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import ValidationError
 
-from icrlhf.accounts.ratelimit import attempt_allowed, client_ip, seconds_left_in_window
 from icrlhf.gateway import capture, limits, services
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
+from icrlhf.ingest.auth import (
+    TokenGuessing,
+    TokenLimit,
+    TokenOverLimit,
+    TokenScopeMissing,
+    TokenUnknown,
+    token_admit,
+)
 from icrlhf.ingest.models import IntegrationToken, Scope
-from icrlhf.ingest.services import token_authenticate
 from icrlhf.integrations import llm
+from icrlhf.memory.signatures import action_message, action_text
 
 logger = logging.getLogger(__name__)
 
@@ -75,48 +82,59 @@ def _error(
     param: str | None = None,
     headers: dict[str, str] | None = None,
 ) -> JsonResponse:
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return JsonResponse(body, status=status, headers=headers)
+    return JsonResponse(
+        _error_body(message, kind=kind, param=param, code=code), status=status, headers=headers
+    )
+
+
+def _error_body(
+    message: str, *, kind: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """An error in OpenAI's shape: a response's body, or a stream's event once the status
+    line has gone."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 def _authenticate(request: HttpRequest) -> IntegrationToken | JsonResponse:
     scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-    record = token_authenticate(token=raw.strip()) if scheme.lower() == "bearer" else None
-    if record is None:
-        # Someone guessing tokens is limited per address, like the API's callers.
-        if not attempt_allowed(
-            "api-auth-failure", client_ip(request), per_minute=settings.API_REQUESTS_PER_MINUTE
-        ):
-            return _too_many("Too many failed authentications from this address.")
+    limit = TokenLimit("gateway-token", settings.GATEWAY_REQUESTS_PER_MINUTE)
+    try:
+        return token_admit(
+            request=request,
+            token=raw.strip() if scheme.lower() == "bearer" else "",
+            scope=Scope.GATEWAY,
+            limit=limit,
+        )
+    except TokenUnknown:
         return _error(
             401,
             "Send a queue's integration token: `Authorization: Bearer icr_…`.",
             code="invalid_api_key",
         )
-    if not record.allows(Scope.GATEWAY):
+    except TokenGuessing as refused:
+        return _too_many(str(refused), retry_after_s=refused.retry_after_s)
+    except TokenScopeMissing:
         return _error(
             403,
             "This token does not have the “gateway” scope; an admin grants it on the token's page.",
             kind="permission_error",
             code="insufficient_scope",
         )
-    if not attempt_allowed(
-        "gateway-token", str(record.pk), per_minute=settings.GATEWAY_REQUESTS_PER_MINUTE
-    ):
+    except TokenOverLimit as refused:
         return _too_many(
-            f"This token made more than {settings.GATEWAY_REQUESTS_PER_MINUTE} calls this "
-            "minute (GATEWAY_REQUESTS_PER_MINUTE)."
+            f"This token made more than {limit.per_minute} calls this minute "
+            "(GATEWAY_REQUESTS_PER_MINUTE).",
+            retry_after_s=refused.retry_after_s,
         )
-    return record
 
 
-def _too_many(message: str) -> JsonResponse:
+def _too_many(message: str, *, retry_after_s: int) -> JsonResponse:
     return _error(
         429,
         message,
         kind="requests",
         code="rate_limit_exceeded",
-        headers={"Retry-After": str(seconds_left_in_window())},
+        headers={"Retry-After": str(retry_after_s)},
     )
 
 
@@ -251,14 +269,22 @@ class _Call:
         )
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> str:
-        body = {
-            "id": f"chatcmpl-{self.id.hex}",
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.plan.queue.slug,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
-        }
-        return _event(body)
+        return self._chunk(choices=[{"index": 0, "delta": delta, "finish_reason": finish_reason}])
+
+    def usage_chunk(self, usage: dict[str, int]) -> str:
+        """The last chunk, where the caller asked for usage: no choices, the tokens counted."""
+        return self._chunk(choices=[], usage=usage)
+
+    def _chunk(self, **fields: Any) -> str:
+        return _event(
+            {
+                "id": f"chatcmpl-{self.id.hex}",
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.plan.queue.slug,
+                **fields,
+            }
+        )
 
 
 class _DeadlinePassed(llm.LLMError):
@@ -308,18 +334,9 @@ async def _answered(call: _Call) -> HttpResponse:
         logprobs = None
     else:
         try:
-            completion = await _before_deadline(
-                call,
-                llm.acomplete(**plan.upstream()),
-            )
+            completion = await _before_deadline(call, llm.acomplete(**plan.upstream()))
         except llm.LLMError as error:
-            total_ms = _since(call.started)
-            await _blocking(
-                call.record(
-                    answer_text="", total_ms=total_ms, status_code=error.status, error=str(error)
-                )
-            )
-            return _error(error.status, error.summary, kind="upstream_error", headers=headers)
+            return await _upstream_failed(call, error, headers=headers)
         upstream_ms = _since(upstream_started)
         text, finish_reason, model = completion.text, completion.finish_reason, completion.model
         tool_calls, logprobs = list(completion.tool_calls), completion.logprobs
@@ -348,7 +365,7 @@ async def _answered(call: _Call) -> HttpResponse:
         "choices": [
             {
                 "index": 0,
-                "message": _message(text, tool_calls),
+                "message": action_message(text, tool_calls),
                 "finish_reason": finish_reason,
                 "logprobs": logprobs,
             }
@@ -358,19 +375,26 @@ async def _answered(call: _Call) -> HttpResponse:
     return JsonResponse(body, headers=headers)
 
 
-def _message(text: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
-    if not tool_calls:
-        return {"role": "assistant", "content": text}
-    return {"role": "assistant", "content": text or None, "tool_calls": tool_calls}
+async def _upstream_failed(
+    call: _Call, error: llm.LLMError, *, headers: dict[str, str]
+) -> JsonResponse:
+    """An upstream that refused or failed before answering: the call is logged with its
+    error and answered with its status, in OpenAI's shape."""
+    await _blocking(
+        call.record(
+            answer_text="",
+            total_ms=_since(call.started),
+            status_code=error.status,
+            error=str(error),
+        )
+    )
+    return _error(error.status, error.summary, kind="upstream_error", headers=headers)
 
 
 def _logged_answer(text: str, tool_calls: list[dict[str, Any]]) -> str:
-    """The call log's answer: the text, then any tool calls as OpenAI writes them."""
-    return "\n".join(filter(None, [text, json.dumps(tool_calls) if tool_calls else ""]))
-
-
-async def _memory_pieces(text: str) -> AsyncIterator[dict[str, Any]]:
-    yield {"content": text}
+    """The call log's answer: a plain answer as the caller got it; an action with tool calls
+    as one text, the way memory writes it."""
+    return action_text(text, tool_calls) if tool_calls else text
 
 
 async def _streamed(
@@ -384,22 +408,45 @@ async def _streamed(
     if plan.memory_answer is None:
         try:
             # Started here, so that a refused or failing upstream is still a proper status.
-            stream = await _before_deadline(
-                call,
-                llm.astream(**plan.upstream()),
-            )
+            stream = await _before_deadline(call, llm.astream(**plan.upstream()))
         except llm.LLMError as error:
-            total_ms = _since(call.started)
-            await _blocking(
-                call.record(
-                    answer_text="", total_ms=total_ms, status_code=error.status, error=str(error)
-                )
-            )
-            return _error(error.status, error.summary, kind="upstream_error", headers=headers)
+            return await _upstream_failed(call, error, headers=headers)
+    relay = _Relay(
+        call,
+        stream=stream,
+        include_usage=include_usage,
+        slot=slot,
+        upstream_started=upstream_started,
+    )
+    response = StreamingHttpResponse(
+        relay.events(), content_type="text/event-stream", headers=headers
+    )
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # a proxy in front must not hold the events back
+    return response
 
-    async def events() -> AsyncIterator[str]:
-        pieces = _memory_pieces(plan.memory_answer or "") if stream is None else aiter(stream)
-        text, error, status = "", "", 200
+
+class _Relay:
+    """A streamed answer on its way to the caller, from the upstream's stream or, for a
+    memory answer (`stream` None), in one piece; however it ends (whole, failed upstream, or
+    the caller hanging up), its log row is written and its in-flight slot given back."""
+
+    def __init__(
+        self,
+        call: _Call,
+        *,
+        stream: llm.Stream | None,
+        include_usage: bool,
+        slot: limits.Slot,
+        upstream_started: float,
+    ) -> None:
+        self.call, self.stream, self.include_usage = call, stream, include_usage
+        self.slot, self.upstream_started = slot, upstream_started
+        self.text, self.error, self.status = "", "", 200
+
+    async def events(self) -> AsyncIterator[str]:
+        call = self.call
+        pieces = self._pieces()
         yield call.chunk({"role": "assistant", "content": ""})
         try:
             while True:
@@ -407,68 +454,59 @@ async def _streamed(
                     piece = await _before_deadline(call, anext(pieces))
                 except StopAsyncIteration:
                     break
-                text += piece.get("content", "")
+                self.text += piece.get("content", "")
                 yield call.chunk(piece)
-            finish_reason = "stop" if stream is None else stream.finish_reason
-            yield call.chunk({}, finish_reason=finish_reason)
-            if include_usage:
-                prompt, completion = (
-                    (0, 0)
-                    if stream is None
-                    else (
-                        stream.prompt_tokens,
-                        stream.completion_tokens,
-                    )
-                )
-                yield _event(
-                    {
-                        "id": f"chatcmpl-{call.id.hex}",
-                        "object": "chat.completion.chunk",
-                        "created": call.created,
-                        "model": plan.queue.slug,
-                        "choices": [],
-                        "usage": _usage(prompt, completion),
-                    }
-                )
+            yield call.chunk({}, finish_reason=self._finish_reason())
+            if self.include_usage:
+                yield call.usage_chunk(self._usage())
             yield _event("[DONE]")
         except llm.LLMError as failure:
-            # The status line has gone: OpenAI's clients read an error event mid-stream.
-            error, status = str(failure), failure.status
-            summary = failure.summary  # the upstream's own words stay in the admins' log
-            yield _event(
-                {
-                    "error": {
-                        "message": summary,
-                        "type": "upstream_error",
-                        "param": None,
-                        "code": None,
-                    }
-                }
-            )
+            # The status line has gone: OpenAI's clients read an error event mid-stream (the
+            # upstream's own words stay in the admins' log).
+            self.error, self.status = str(failure), failure.status
+            yield _event(_error_body(failure.summary, kind="upstream_error"))
         except (asyncio.CancelledError, GeneratorExit):
-            error, status = "The caller hung up before the answer ended.", 499
+            self.error, self.status = "The caller hung up before the answer ended.", 499
             raise
         finally:
-            # Not awaited: a caller who hangs up cancels this generator, and the row must still
-            # be written.
-            outcome = call.record(
-                answer_text=_logged_answer(text, [] if stream is None else stream.tool_calls),
-                tool_calls=[] if stream is None else list(stream.tool_calls),
-                total_ms=_since(call.started),
-                upstream_ms=None if stream is None else _since(upstream_started),
-                prompt_tokens=0 if stream is None else stream.prompt_tokens,
-                completion_tokens=0 if stream is None else stream.completion_tokens,
-                model=Call.Source.MEMORY if stream is None else plan.model,
-                status_code=status,
-                error=error,
-            )
-            _threads.submit(_logged(lambda: _captured(outcome())))
-            _threads.submit(_logged(lambda: limits.in_flight_release(slot)))
+            self._settle()
 
-    response = StreamingHttpResponse(events(), content_type="text/event-stream", headers=headers)
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"  # a proxy in front must not hold the events back
-    return response
+    def _pieces(self) -> AsyncIterator[dict[str, Any]]:
+        if self.stream is None:
+            return _memory_pieces(self.call.plan.memory_answer or "")
+        return aiter(self.stream)
+
+    def _finish_reason(self) -> str:
+        return "stop" if self.stream is None else self.stream.finish_reason
+
+    def _usage(self) -> dict[str, int]:
+        if self.stream is None:
+            return _usage(0, 0)
+        return _usage(self.stream.prompt_tokens, self.stream.completion_tokens)
+
+    def _settle(self) -> None:
+        """Log the call and give its slot back, on threads nobody awaits: a caller who hangs
+        up cancels the events, and the row must still be written."""
+        stream, usage = self.stream, self._usage()
+        tool_calls = [] if stream is None else list(stream.tool_calls)
+        outcome = self.call.record(
+            answer_text=_logged_answer(self.text, tool_calls),
+            tool_calls=tool_calls,
+            total_ms=_since(self.call.started),
+            upstream_ms=None if stream is None else _since(self.upstream_started),
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            model=Call.Source.MEMORY if stream is None else self.call.plan.model,
+            status_code=self.status,
+            error=self.error,
+        )
+        slot = self.slot
+        _threads.submit(_logged(lambda: _captured(outcome())))
+        _threads.submit(_logged(lambda: limits.in_flight_release(slot)))
+
+
+async def _memory_pieces(text: str) -> AsyncIterator[dict[str, Any]]:
+    yield {"content": text}
 
 
 @login_not_required

@@ -5,10 +5,10 @@ re-swept task never does the work twice."""
 
 import logging
 import random
-import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -17,15 +17,13 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from icrlhf.generation import endpoint_share, ranking, selectors, signals, tasks
+from icrlhf.generation.context import prompt_context, request_signature
 from icrlhf.generation.models import Candidate, Generation
-from icrlhf.generation.prompts import conversation_prompt, messages_build
 from icrlhf.integrations import database, llm
-from icrlhf.integrations.embeddings import EmbeddingModelMissing
-from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.kinds import kind_of
 from icrlhf.memory import selectors as memory_selectors
 from icrlhf.memory import services as memory_services
-from icrlhf.memory.signatures import PLAIN, Signature
+from icrlhf.memory.signatures import PLAIN
 from icrlhf.queues.models import Item, Queue
 
 logger = logging.getLogger(__name__)
@@ -84,54 +82,32 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
     generation = Generation.objects.select_related("item__queue").get(pk=generation_id)
     item, queue = generation.item, generation.item.queue
 
-    # A captured gateway call: the next step of the caller's conversation, with its tools.
-    system_prompt = queue.system_prompt
-    history: list[dict[str, Any]] = []
-    request_turn: str | None = item.input_text
-    if item.conversation:
-        system_prompt, history, request_turn = conversation_prompt(
-            system_prompt=queue.system_prompt, conversation=item.conversation
-        )
-    signature = Signature.of_options(
-        item.call_options, after_tool_result=bool(history) and history[-1]["role"] == "tool"
-    )
-    started = time.monotonic()
-    recall = memory_selectors.Recall(examples=[], neighbours=[])
-    retrieval_error = ""
     # What memory held at preparation, recorded with the generation; retrieval skips an
     # empty memory by it.
     preferred = memory_selectors.preferred_count(queue=queue)
-    try:
-        recall = memory_selectors.examples_recall(
-            queue=queue,
-            query_text=item.input_text,
-            k=queue.k_examples,
-            token_budget=queue.example_token_budget,
-            pool=ranking.MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
-            signature=signature,
-            preferred=preferred,
+    # A captured gateway call is the next step of the caller's conversation, with its tools.
+    context = prompt_context(
+        queue=queue,
+        query_text=item.input_text,
+        conversation=item.conversation,
+        signature=request_signature(conversation=item.conversation, options=item.call_options),
+        pool=ranking.MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
+        retrieve=partial(memory_selectors.examples_recall, preferred=preferred),
+    )
+    retrieval_error = ""
+    if context.memory_error is not None:
+        # The reviewer sees why the candidates were written without examples.
+        logger.warning(
+            "Retrieval skipped for generation %s: %s", generation_id, context.memory_error
         )
-    except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
-        # Better an answer without memory than no answer: the reviewer sees why.
-        logger.warning("Retrieval skipped for generation %s: %s", generation_id, error)
         retrieval_error = "Memory was unavailable, so no examples were retrieved."
+    recall = context.recall
     retrieved = recall.examples
-    retrieval_ms = int((time.monotonic() - started) * 1000)
-
     earlier = selectors.attempts_earlier(
         item=item, before=generation, token_budget=queue.example_token_budget
     )
-    messages = messages_build(
-        instructions=kind_of(queue).instructions(queue),
-        system_prompt=system_prompt,
-        guidelines=queue.guidelines,
-        guidelines_version=queue.guidelines_version,
-        examples=selectors.prompt_examples(queue=queue, retrieved=retrieved),
-        history=history,
-        request=request_turn,
-        framing=queue.example_framing,
-        attempts=earlier.attempts,
-        attempts_feedback=earlier.feedback,
+    messages = context.messages(
+        examples=retrieved, attempts=earlier.attempts, attempts_feedback=earlier.feedback
     )
     with transaction.atomic():
         memory_services.retrievals_record(generation_id=generation.pk, retrieved=retrieved)
@@ -139,7 +115,7 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
             status=Generation.Status.RUNNING,
             messages=messages,
             retrieval_error=retrieval_error,
-            retrieval_ms=retrieval_ms,
+            retrieval_ms=int(context.retrieval_ms),
             neighbours=[n.as_json() for n in ranking.neighbours_of(queue=queue, recall=recall)],
             stored_examples=preferred,
             min_similarity=recall.minimum,
@@ -154,7 +130,7 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
         answered = _memory_candidates_fill(
             pending=pending,
             # A stored tool call is not offered again: its arguments were for its own state.
-            neighbours=recall.neighbours if signature == PLAIN else [],
+            neighbours=recall.neighbours if context.signature == PLAIN else [],
             queue=queue,
             # An answer already among the candidates (one served to an application), or one
             # a reviewer sent back with "try again".

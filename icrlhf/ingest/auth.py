@@ -1,5 +1,10 @@
 """Integration tokens authenticate API calls: each belongs to one queue, may call only the
-scopes it was given, and is limited per minute (as is every address that guesses tokens)."""
+scopes it was given, and is limited per minute (as is every address that guesses tokens).
+
+One check for every API (`token_admit`), in one order: the token, then its scope, then its
+limit; the REST API and the gateway each answer a refusal in their own shape."""
+
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -11,24 +16,84 @@ from icrlhf.ingest.models import IntegrationToken, Scope
 from icrlhf.ingest.services import token_authenticate
 
 
+@dataclass(frozen=True)
+class TokenLimit:
+    """The calls a token may make a minute on one API, counted under `name`."""
+
+    name: str
+    per_minute: int
+
+
+class TokenRefused(Exception):
+    """Why an API call's token was refused."""
+
+
+class TokenUnknown(TokenRefused):
+    """No such live token (401)."""
+
+
+class TokenGuessing(TokenRefused):
+    """Too many unknown tokens from this address this minute (429)."""
+
+    def __init__(self, *, retry_after_s: int) -> None:
+        super().__init__("Too many failed authentications from this address.")
+        self.retry_after_s = retry_after_s
+
+
+class TokenScopeMissing(TokenRefused):
+    """The token was not given the API's scope (403)."""
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(f"This token does not have the “{scope}” scope.")
+        self.scope = scope
+
+
+class TokenOverLimit(TokenRefused):
+    """The token made its minute's calls already (429)."""
+
+    def __init__(self, *, limit: TokenLimit, retry_after_s: int) -> None:
+        super().__init__(f"This token made more than {limit.per_minute} calls this minute.")
+        self.limit, self.retry_after_s = limit, retry_after_s
+
+
+def token_admit(
+    *, request: HttpRequest, token: str, scope: str, limit: TokenLimit
+) -> IntegrationToken:
+    """The token a call sent, if it may make this call; else raises a `TokenRefused`.
+
+    Both limits count with the cache's atomic increment, so calls in parallel cannot slip
+    past them (a read-then-write history, as ninja's throttles keep, can). A call refused for
+    its scope is not counted against its token's limit."""
+    record = token_authenticate(token=token)
+    if record is None:
+        # Someone guessing tokens is limited per address.
+        if not attempt_allowed(
+            "api-auth-failure", client_ip(request), per_minute=settings.API_REQUESTS_PER_MINUTE
+        ):
+            raise TokenGuessing(retry_after_s=seconds_left_in_window())
+        raise TokenUnknown("No such token.")
+    if not record.allows(scope):
+        raise TokenScopeMissing(scope)
+    if not attempt_allowed(limit.name, str(record.pk), per_minute=limit.per_minute):
+        raise TokenOverLimit(limit=limit, retry_after_s=seconds_left_in_window())
+    return record
+
+
 class TokenAuth(HttpBearer):
     def __init__(self, scope: str = Scope.ITEMS) -> None:
         super().__init__()
         self.scope = scope
 
     def authenticate(self, request: HttpRequest, token: str) -> IntegrationToken | None:
-        record = token_authenticate(token=token)
-        # Both limits count with the cache's atomic increment, so calls in parallel cannot
-        # slip past them (a read-then-write history, as ninja's throttles keep, can).
-        if record is None:
-            scope, ident = "api-auth-failure", client_ip(request)  # someone guessing tokens
-        else:
-            scope, ident = "api-token", str(record.pk)
-        if not attempt_allowed(scope, ident, per_minute=settings.API_REQUESTS_PER_MINUTE):
-            raise Throttled(wait=seconds_left_in_window())
-        if record is not None and not record.allows(self.scope):
-            raise HttpError(403, f"This token does not have the “{self.scope}” scope.")
-        return record
+        limit = TokenLimit("api-token", settings.API_REQUESTS_PER_MINUTE)
+        try:
+            return token_admit(request=request, token=token, scope=self.scope, limit=limit)
+        except TokenUnknown:
+            return None  # ninja answers 401
+        except (TokenGuessing, TokenOverLimit) as refused:
+            raise Throttled(wait=refused.retry_after_s) from refused
+        except TokenScopeMissing as refused:
+            raise HttpError(403, str(refused)) from refused
 
 
 def token_of(request: HttpRequest) -> IntegrationToken:

@@ -232,18 +232,15 @@ async def acomplete(
     """`complete` for an event loop (the gateway): many calls wait at once in one thread.
     `options`: a caller's tool and output fields (tools, tool_choice, response_format, …),
     passed on as they are."""
-    litellm = _litellm()
-    started = time.monotonic()
-    try:
-        response = await litellm.acompletion(
-            model=model,
-            messages=messages,
-            **(_call_options(params, api_base, response_format) | (options or {})),
-            **_extra(mock_response),
-        )
-    except Exception as error:
-        raise _failure(error) from error
-    latency_ms = int((time.monotonic() - started) * 1000)
+    response, latency_ms = await _acompletion(
+        messages=messages,
+        model=model,
+        params=params,
+        api_base=api_base,
+        response_format=response_format,
+        options=options,
+        mock_response=mock_response,
+    )
     return _completion_from(response, model=model, latency_ms=latency_ms)
 
 
@@ -260,20 +257,45 @@ async def acomplete_n(
 ) -> list[Completion]:
     """Up to `n` answers to one prompt from one request (OpenAI's `n`): the prompt is sent and
     processed once. A server that ignores `n` answers once."""
+    response, latency_ms = await _acompletion(
+        messages=messages,
+        model=model,
+        params=params,
+        api_base=api_base,
+        response_format=response_format,
+        options=options,
+        mock_response=mock_response,
+        n=n,
+    )
+    return _completions_from(response, model=model, latency_ms=latency_ms)
+
+
+async def _acompletion(
+    *,
+    messages: list[dict[str, Any]],
+    model: str,
+    params: dict[str, Any],
+    api_base: str,
+    response_format: dict[str, Any] | None,
+    options: dict[str, Any] | None,
+    mock_response: str | None,
+    **asked: Any,
+) -> tuple[Any, int]:
+    """One litellm call on the event loop (`asked`: more of OpenAI's fields, such as `n`):
+    its response, and how long it took in ms."""
     litellm = _litellm()
     started = time.monotonic()
     try:
         response = await litellm.acompletion(
             model=model,
             messages=messages,
-            n=n,
+            **asked,
             **(_call_options(params, api_base, response_format) | (options or {})),
             **_extra(mock_response),
         )
     except Exception as error:
         raise _failure(error) from error
-    latency_ms = int((time.monotonic() - started) * 1000)
-    return _completions_from(response, model=model, latency_ms=latency_ms)
+    return response, int((time.monotonic() - started) * 1000)
 
 
 @dataclass(frozen=True)
@@ -530,7 +552,7 @@ async def astream(
     """Starts a streamed completion. Connection and request errors raise here, before
     anything is sent to the caller, so they can still become a proper error response."""
     litellm = _litellm()
-    extra: dict[str, Any] = {} if mock_response is None else {"mock_response": mock_response}
+    extra = _extra(mock_response)
     try:
         chunks = await litellm.acompletion(
             model=model,

@@ -5,6 +5,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from icrlhf.memory import signatures
+
 Message = dict[str, Any]
 
 
@@ -17,10 +19,9 @@ class StepLike(Protocol):
 
 
 def action_message(*, text: str, tool_calls: list[dict[str, Any]]) -> Message:
-    """An action as the assistant message that took it (no `content` beside tool calls)."""
-    if tool_calls:
-        return {"role": "assistant", "content": None, "tool_calls": tool_calls}
-    return {"role": "assistant", "content": text}
+    """A step's action as the assistant message that took it. A step keeps no words beside
+    its tool calls (`step_record`), so a step's message carries none either."""
+    return signatures.action_message("" if tool_calls else text, tool_calls)
 
 
 @dataclass(frozen=True)

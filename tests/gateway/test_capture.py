@@ -20,6 +20,7 @@ from icrlhf.generation import pipeline, recovery
 from icrlhf.generation import tasks as generation_tasks
 from icrlhf.generation.models import Candidate
 from icrlhf.ingest.services import token_create
+from icrlhf.memory.selectors import Recall, RetrievedExample
 from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.services import ROUTING_FIELDS, queue_save, routing_update
 from icrlhf.trajectories.feedback import feedback_record
@@ -317,14 +318,14 @@ def test_held_out_calls_get_no_memory_and_look_like_calls_memory_could_not_help(
     llm_answer: LLMAnswer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, queue = app_for(holdout_percent=100, memory_answer_threshold=0.5)
-    example = services.RetrievedExample(
+    example = RetrievedExample(
         example=stored_example(
             queue, input_text=QUESTION, output_text="Use the app: Cards › Reset PIN."
         ),
         score=0.97,
         rank=1,
     )
-    recall = services.Recall(examples=[example], neighbours=[example])
+    recall = Recall(examples=[example], neighbours=[example])
     monkeypatch.setattr(services, "examples_recall_anywhere", lambda **_: recall)
     llm_answer("From the model alone.")
     chat = ChatRequest.model_validate(
