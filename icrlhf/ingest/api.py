@@ -30,7 +30,7 @@ from icrlhf.kinds import kind_of
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.models import Automation, Decision
 from icrlhf.review.selectors import item_outcome
-from icrlhf.triage.services import ticket_create
+from icrlhf.triage.services import ticket_create, ticket_create_from_text
 
 logger = logging.getLogger(__name__)
 router = Router(tags=["tickets"])
@@ -147,19 +147,12 @@ def ticket_get(request: HttpRequest, ticket_id: int) -> Status[object]:
 
 
 def _item_create(queue: Queue, item: ItemIn) -> tuple[Item, bool]:
-    """Any kind of queue: a triage queue files the input as a ticket, its first line the
-    subject (cut at 500 characters, the whole input then kept as the body) and the rest
-    the body."""
-    if queue.kind == Queue.Kind.TRIAGE:
-        first, _, rest = item.input.strip().partition("\n")
-        subject = first.strip()
-        if len(subject) > _SUBJECT_MAX:
-            subject, rest = subject[: _SUBJECT_MAX - 1] + "…", item.input
-        return ticket_create(
+    """Any kind of queue: one whose items are tickets files the input as a ticket."""
+    if kind_of(queue).takes_tickets:
+        return ticket_create_from_text(
             queue=queue,
+            text=item.input,
             source=Item.Source.API,
-            subject=subject,
-            body=rest.strip(),
             external_id=item.external_id,
             metadata=item.metadata,
         )
@@ -171,9 +164,6 @@ def _item_create(queue: Queue, item: ItemIn) -> tuple[Item, bool]:
         source=Item.Source.API,
         metadata=item.metadata,
     )
-
-
-_SUBJECT_MAX = Item._meta.get_field("subject").max_length or 500
 
 
 def _item_out(item: Item, created: bool) -> ItemOut:

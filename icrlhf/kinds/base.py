@@ -2,7 +2,8 @@
 
 The general kind (free-text answers) is this base class; another kind overrides what differs
 for it. Each kind lives in its own package under icrlhf/kinds/ with its templates under
-templates/kinds/<name>/, and is registered in icrlhf/kinds/__init__.py."""
+templates/kinds/<name>/, and is installed by one line in icrlhf/kinds/__init__.py
+(INSTALLED_KINDS). Callers ask a kind what it does, never which kind it is."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +32,19 @@ class Final:
 
 class QueueKind:
     name = "general"
+    # Whether the queue's items are support tickets (subject, body, customer, channel,
+    # priority, an SLA): the ticket flow (icrlhf.triage) then creates them (the queue page's
+    # form, the tickets API, the items API, an import) and lists them most urgent first;
+    # otherwise an item is a prompt and the queue page lists the recent ones.
+    takes_tickets = False
+    # What the pages call one of the queue's items.
+    item_noun = "item"
     # The candidate's body on the item page, and the decision's extra controls ("": none).
     candidate_template = "kinds/general/candidate.html"
     corrections_template = ""
+    # The fields its corrections template posts (each as `correction_<field>`): what a reviewer
+    # corrects beside the picked answer; the decision form reads exactly these.
+    correction_fields: tuple[str, ...] = ()
     # The decision webhook's events: a decision made, and one taken back.
     decided_event = "item.decided"
     undone_event = "item.decision_undone"

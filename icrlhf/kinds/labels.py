@@ -5,7 +5,7 @@ import hashlib
 import re
 
 
-def _words(text: str) -> list[str]:
+def label_words(text: str) -> list[str]:
     return re.sub(r"[^a-z0-9_ ]+", " ", text.lower().replace("-", "_")).split()
 
 
@@ -13,15 +13,11 @@ def label_named(answer: str, labels: list[str]) -> str:
     """The label a free-text answer names on its first line, compared case- and
     punctuation-blind (`Refund_not_showing_up`, `reverted_card_payment?`); failing that, the
     first word of that line that is a label; "" when none."""
-    by_form = {"_".join(_words(label)): label for label in labels}
-    words = _words((answer.strip().splitlines() or [""])[0])
+    by_form = {"_".join(label_words(label)): label for label in labels}
+    words = label_words((answer.strip().splitlines() or [""])[0])
     if "_".join(words) in by_form:
         return by_form["_".join(words)]
     return next((by_form[word] for word in words if word in by_form), "")
-
-
-def labels_share_a_word(one: str, other: str) -> bool:
-    return bool(set(_words(one)) & set(_words(other)))
 
 
 def answer_key(text: str) -> str:

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from icrlhf.generation.services import item_create_once, item_existing
+from icrlhf.kinds import kind_of
 from icrlhf.kinds.triage.fields import TriageParseError, fields_validate
 from icrlhf.kinds.triage.sla import sla_due
 from icrlhf.queues.models import Item, Queue
@@ -36,7 +37,7 @@ def ticket_create(
 
     Returns the ticket and whether it was created (False: one with this external id exists).
     """
-    if queue.kind != Queue.Kind.TRIAGE:
+    if not kind_of(queue).takes_tickets:
         raise ValidationError(
             f"“{queue.name}” is not a triage queue: tickets go to triage queues only."
         )
@@ -64,4 +65,32 @@ def ticket_create(
         sla_due_at=sla_due_at or sla_due(priority=priority, received_at=received_at),
         category=category,
         metadata=metadata or {},
+    )
+
+
+_SUBJECT_MAX = Item._meta.get_field("subject").max_length or 500
+
+
+def ticket_create_from_text(
+    *,
+    queue: Queue,
+    text: str,
+    source: str,
+    external_id: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> tuple[Item, bool]:
+    """A ticket from one text, as the items API takes any queue's input: its first line the
+    subject (cut at 500 characters, the whole text then kept as the body) and the rest the
+    body."""
+    first, _, rest = text.strip().partition("\n")
+    subject = first.strip()
+    if len(subject) > _SUBJECT_MAX:
+        subject, rest = subject[: _SUBJECT_MAX - 1] + "…", text
+    return ticket_create(
+        queue=queue,
+        source=source,
+        subject=subject,
+        body=rest.strip(),
+        external_id=external_id,
+        metadata=metadata,
     )

@@ -16,7 +16,7 @@
 //   details.editor[data-choice=<radio id>]  its editor, holding
 //     textarea[data-original] and .diff     the edit and its word diff
 //   #comment, input[name=reason_tags]       the comment and reasons
-//   #corrections, [name=triage_category|priority|reply]  triage fields, filled on a pick from
+//   #corrections, [name=correction_category|priority|reply]  triage fields, filled on a pick from
 //     the candidate's .triage-fields or .triage-prefill [data-category|priority|reply]
 //   #triage-category[role=combobox]         the category box, its #triage-category-list
 //   #skip-form, #undo-form                  what "s" and "u" submit
@@ -148,7 +148,7 @@
   function saveDraft() {
     const f = form();
     if (!f || !draftKey) return;
-    const draft = { choice: null, edits: {}, tags: [], comment: "", triage: {}, ratings: {}, tools: {} };
+    const draft = { choice: null, edits: {}, tags: [], comment: "", corrections: {}, ratings: {}, tools: {} };
     // A touched tool call's fields (all of them: the tool may have changed), so that a
     // reload, or a submit the server refused, keeps what the reviewer typed.
     f.querySelectorAll("details.editor").forEach(function (editor) {
@@ -160,7 +160,7 @@
       });
     });
     f.querySelectorAll(".rating select").forEach(function (r) { if (r.value) draft.ratings[r.name] = r.value; });
-    f.querySelectorAll("[name^=triage_]").forEach(function (input) { draft.triage[input.name] = input.value; });
+    f.querySelectorAll("[name^=correction_]").forEach(function (input) { draft.corrections[input.name] = input.value; });
     const picked = f.querySelector("input[name=choice]:checked");
     if (picked) draft.choice = picked.value;
     f.querySelectorAll("textarea[data-original]").forEach(function (t) {
@@ -195,9 +195,9 @@
       const r = f.querySelector(".rating select[name='" + CSS.escape(name) + "']");
       if (r) r.value = draft.ratings[name];
     });
-    Object.keys(draft.triage || {}).forEach(function (name) {
+    Object.keys(draft.corrections || {}).forEach(function (name) {
       const input = f.querySelector("[name='" + CSS.escape(name) + "']");
-      if (input) input.value = draft.triage[name];
+      if (input) input.value = draft.corrections[name];
     });
     Object.keys(draft.tools || {}).forEach(function (name) {
       const input = f.querySelector("[name='" + CSS.escape(name) + "']");
@@ -349,9 +349,9 @@
     const box = document.getElementById("corrections");
     if (!box) return;
     const data = fields ? fields.dataset : { category: "", priority: "", reply: "" };
-    box.querySelector("[name=triage_category]").value = data.category || "";
-    box.querySelector("[name=triage_priority]").value = data.priority || "";
-    box.querySelector("[name=triage_reply]").value = data.reply || "";
+    box.querySelector("[name=correction_category]").value = data.category || "";
+    box.querySelector("[name=correction_priority]").value = data.priority || "";
+    box.querySelector("[name=correction_reply]").value = data.reply || "";
   }
 
   // Triage: the category is an editable combobox with a list of matches (the ARIA combobox

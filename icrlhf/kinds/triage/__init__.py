@@ -32,8 +32,11 @@ _TICKET_FIELDS = ("category", "priority", "ticket_status", "triaged_at")
 
 class TriageKind(QueueKind):
     name = "triage"
+    takes_tickets = True
+    item_noun = "ticket"
     candidate_template = "kinds/triage/candidate.html"
     corrections_template = "kinds/triage/corrections.html"
+    correction_fields = ("category", "priority", "reply")
     decided_event = "ticket.triaged"
     undone_event = "ticket.triage_undone"
     priorities = PRIORITIES
