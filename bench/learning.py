@@ -3,14 +3,18 @@ simulated reviewer's comparison, statistics and the chart."""
 
 import csv
 import random
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from icrlhf.generation import calibration
+from icrlhf.generation.calibration import expected_calibration_error
 from icrlhf.insights.charts import Series, line_chart
 from icrlhf.insights.stats import two_proportion_p, wilson
-from icrlhf.kinds.labels import label_named, labels_share_a_word
+from icrlhf.kinds.labels import label_named, label_words
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ def confidence_summary(
     curve (`history_curve`: the lowest with 95% precision there) gives on these items."""
     if not confidences:
         return {"calibrated_n": 0}
-    coverage, threshold = calibration.coverage_at_precision(confidences, right, TARGET_PRECISION)
+    coverage, threshold = coverage_at_precision(confidences, right, TARGET_PRECISION)
     picked = next(
         (
             p["threshold"]
@@ -119,7 +123,7 @@ def confidence_summary(
     return {
         "calibrated_n": len(confidences),
         "ece": calibration.expected_calibration_error(confidences, right),
-        "ece_ci": list(calibration.ece_interval(confidences, right)),
+        "ece_ci": list(ece_interval(confidences, right)),
         "reliability": [asdict(b) for b in calibration.reliability(confidences, right)],
         "thresholds": [
             asdict(p) for p in calibration.precision_coverage(confidences, right, THRESHOLDS)
@@ -235,3 +239,40 @@ def minimum_choose(
         # Ties go to the higher minimum: it keeps more unrelated examples out.
         chosen = min(reversed(minimums), key=shortfall)
     return chosen
+
+
+def labels_share_a_word(one: str, other: str) -> bool:
+    return bool(set(label_words(one)) & set(label_words(other)))
+
+
+def coverage_at_precision(
+    confidences: Sequence[float], hits: Sequence[bool], precision: float
+) -> tuple[float, float | None]:
+    """The largest share of items that can be automated at this precision, taking the most
+    confident first, and the threshold that does it (None: not even the first one)."""
+    ranked = sorted(zip(confidences, hits, strict=True), key=lambda pair: -pair[0])
+    best, threshold, right = 0.0, None, 0
+    for count, (confidence, hit) in enumerate(ranked, start=1):
+        right += hit
+        # Only where the next item is less confident can a threshold stop here.
+        last_of_its_value = count == len(ranked) or ranked[count][0] < confidence
+        if last_of_its_value and right / count >= precision:
+            best, threshold = count / len(ranked), confidence
+    return best, threshold
+
+
+def ece_interval(
+    confidences: Sequence[float], hits: Sequence[bool], *, resamples: int = 1000, seed: int = 0
+) -> tuple[float, float]:
+    """A 95% bootstrap interval on the expected calibration error (items resampled with
+    replacement): whether an ECE of 0.05 can be told apart from one of 0.08 on these items."""
+    if not confidences:
+        return 0.0, 0.0
+    rng = np.random.default_rng(seed)
+    c, h = np.asarray(confidences), np.asarray(hits, dtype=bool)
+    values = [
+        expected_calibration_error(list(c[draw]), list(h[draw]))
+        for draw in rng.integers(0, len(c), size=(resamples, len(c)))
+    ]
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high)

@@ -17,6 +17,7 @@ from bench.learning import (
     Counts,
     Labelled,
     confidence_summary,
+    ece_interval,
     label_of,
     labelled_split,
     minimum_choose,
@@ -24,11 +25,7 @@ from bench.learning import (
     significance,
     summarise,
 )
-from icrlhf.generation.calibration import (
-    ece_interval,
-    expected_calibration_error,
-    precision_coverage,
-)
+from icrlhf.generation.calibration import expected_calibration_error, precision_coverage
 from icrlhf.generation.models import Calibration, Candidate, Generation
 from icrlhf.generation.prompts import PromptExample, messages_build
 from icrlhf.generation.ranking import (

@@ -18,7 +18,8 @@ import pytest
 from django.db.models import Model
 from django.test import Client, override_settings
 
-from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.export.selectors import ExportFilters
+from icrlhf.export.services import export_lines
 from icrlhf.export.trajectories import TrajectoryFilters, trajectory_export_lines
 from icrlhf.gateway import tasks as gateway_tasks
 from icrlhf.gateway.models import Call

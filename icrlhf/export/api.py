@@ -7,7 +7,8 @@ from django.http import HttpRequest, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from ninja import Router
 
-from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.export.selectors import ExportFilters
+from icrlhf.export.services import export_lines
 from icrlhf.export.trajectories import TrajectoryFilters, trajectory_export_lines
 from icrlhf.ingest.auth import TokenAuth, token_of
 from icrlhf.ingest.models import Scope

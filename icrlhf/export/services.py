@@ -5,8 +5,7 @@ derived into the requested format, one JSON line at a time."""
 import json
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Q, QuerySet
@@ -14,78 +13,18 @@ from django.db.models import Q, QuerySet
 from icrlhf.export import anonymity
 from icrlhf.export.formats import FORMATS, SCHEMA_VERSION, Record, derive
 from icrlhf.export.models import ExportRun
+from icrlhf.export.selectors import ExportFilters, decisions_filtered
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.integrations.llm import sampling_params
 from icrlhf.memory.models import Retrieval
-from icrlhf.queues.models import Item, Queue
+from icrlhf.queues.models import Item
 from icrlhf.review.models import Decision
 
 CHUNK = 1000
 
 
-@dataclass(frozen=True)
-class ExportFilters:
-    queue: Queue | None = None
-    # The queues the person exporting may export; None for all (admins, the command line).
-    # "All queues" means all of these, never every queue of the install.
-    allowed_queue_ids: frozenset[int] | None = None
-    decided_from: datetime | None = None
-    decided_to: datetime | None = None
-    reviewer: str = ""
-    verdict: str = ""
-    since_last_export: bool = False
-    anonymize: bool = False
-
-    def __post_init__(self) -> None:
-        # In UTC: PostgreSQL refuses offsets beyond ±15:59, which Python (and ISO 8601 as
-        # the API parses it) allows, and one time is the same instant either way.
-        for name in ("decided_from", "decided_to"):
-            value = getattr(self, name)
-            if value is not None and value.tzinfo is not None:
-                object.__setattr__(self, name, _utc_bound(value))
-
-    def describe(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["queue"] = self.queue.slug if self.queue else None
-        if self.allowed_queue_ids is not None:
-            data["allowed_queue_ids"] = sorted(self.allowed_queue_ids)
-        return {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in data.items()}
-
-
-def _utc_bound(value: datetime) -> datetime:
-    """A filter bound in UTC; one beyond the calendar in UTC (year 1 at +14:00) is the
-    calendar's own end, which filters the same."""
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        return (datetime.min if value.year == 1 else datetime.max).replace(tzinfo=UTC)
-
-
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
-
-
-def decisions_filtered(*, filters: ExportFilters, consumer: str) -> QuerySet[Decision]:
-    decisions = Decision.objects.standing()
-    if filters.allowed_queue_ids is not None:
-        decisions = decisions.filter(item__queue_id__in=filters.allowed_queue_ids)
-    if filters.queue is not None:
-        decisions = decisions.filter(item__queue=filters.queue)
-    if filters.decided_from:
-        decisions = decisions.filter(created_at__gte=filters.decided_from)
-    if filters.decided_to:
-        decisions = decisions.filter(created_at__lt=filters.decided_to)
-    if filters.reviewer:
-        decisions = decisions.filter(reviewer__username=filters.reviewer)
-    if filters.verdict:
-        decisions = decisions.filter(verdict=filters.verdict)
-    if filters.since_last_export:
-        last = ExportRun.objects.filter(
-            consumer=consumer, queue=filters.queue, decided_until__isnull=False
-        ).first()
-        if last is not None and last.decided_until is not None:
-            decisions = decisions.filter(created_at__gt=last.decided_until)
-    return decisions
 
 
 def _chunks(decisions: QuerySet[Decision]) -> Iterator[list[dict[str, Any]]]:

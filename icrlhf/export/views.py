@@ -10,8 +10,8 @@ from django.utils import timezone
 from django_htmx.middleware import HtmxDetails
 
 from icrlhf.export.formats import FORMATS
-from icrlhf.export.selectors import ExportSize, export_size
-from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.export.selectors import ExportFilters, ExportSize, export_size
+from icrlhf.export.services import export_lines
 from icrlhf.export.trajectories import (
     TRAJECTORY_FORMATS,
     TrajectoryFilters,

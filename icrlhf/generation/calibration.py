@@ -111,23 +111,6 @@ def brier(confidences: Sequence[float], hits: Sequence[bool]) -> float:
     return float(np.mean((np.asarray(confidences) - np.asarray(hits, dtype=float)) ** 2))
 
 
-def ece_interval(
-    confidences: Sequence[float], hits: Sequence[bool], *, resamples: int = 1000, seed: int = 0
-) -> tuple[float, float]:
-    """A 95% bootstrap interval on the expected calibration error (items resampled with
-    replacement): whether an ECE of 0.05 can be told apart from one of 0.08 on these items."""
-    if not confidences:
-        return 0.0, 0.0
-    rng = np.random.default_rng(seed)
-    c, h = np.asarray(confidences), np.asarray(hits, dtype=bool)
-    values = [
-        expected_calibration_error(list(c[draw]), list(h[draw]))
-        for draw in rng.integers(0, len(c), size=(resamples, len(c)))
-    ]
-    low, high = np.percentile(values, [2.5, 97.5])
-    return float(low), float(high)
-
-
 @dataclass(frozen=True)
 class Bin:
     low: float
@@ -194,22 +177,6 @@ def precision_coverage(
             )
         )
     return points
-
-
-def coverage_at_precision(
-    confidences: Sequence[float], hits: Sequence[bool], precision: float
-) -> tuple[float, float | None]:
-    """The largest share of items that can be automated at this precision, taking the most
-    confident first, and the threshold that does it (None: not even the first one)."""
-    ranked = sorted(zip(confidences, hits, strict=True), key=lambda pair: -pair[0])
-    best, threshold, right = 0.0, None, 0
-    for count, (confidence, hit) in enumerate(ranked, start=1):
-        right += hit
-        # Only where the next item is less confident can a threshold stop here.
-        last_of_its_value = count == len(ranked) or ranked[count][0] < confidence
-        if last_of_its_value and right / count >= precision:
-            best, threshold = count / len(ranked), confidence
-    return best, threshold
 
 
 # A precision promised to a curator is promised with this confidence (one-sided).

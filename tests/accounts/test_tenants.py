@@ -22,7 +22,7 @@ from icrlhf.queues.access import can_curate, can_review, role_in
 from icrlhf.queues.models import Membership, Queue
 from icrlhf.review.models import Claim
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
-from tests.memory.test_memory import remember
+from tests.memory.test_index import remember
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 pytestmark = pytest.mark.django_db

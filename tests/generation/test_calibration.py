@@ -8,8 +8,6 @@ import pytest
 from icrlhf.generation.calibration import (
     ConfidenceMap,
     brier,
-    coverage_at_precision,
-    ece_interval,
     expected_calibration_error,
     isotonic_fit,
     logistic_fit,
@@ -75,19 +73,6 @@ def test_precision_and_coverage_at_each_threshold() -> None:
     assert (at_999.precision, at_999.coverage) == (None, 0.0)
 
 
-def test_coverage_at_a_precision_takes_the_most_confident_first() -> None:
-    confidences = [0.99, 0.95, 0.9, 0.85, 0.5]
-    hits = [True, True, False, True, False]
-    assert coverage_at_precision(confidences, hits, 1.0) == (0.4, 0.95)
-    assert coverage_at_precision(confidences, hits, 0.75) == (0.8, 0.85)
-    assert coverage_at_precision([0.9, 0.8], [False, True], 0.95) == (0.0, None)
-
-
-def test_tied_confidences_are_automated_together_or_not_at_all() -> None:
-    # A threshold cannot take one of two items at 0.9 and leave the other.
-    assert coverage_at_precision([0.9, 0.9, 0.5], [True, False, True], 1.0) == (0.0, None)
-
-
 def _bent_sample(rng: random.Random, count: int) -> tuple[list[float], list[bool]]:
     """Scores whose acceptance rate is a step no logistic curve follows: 5% below 0, 60%
     between 0 and 2, 97% above."""
@@ -117,17 +102,6 @@ def test_the_isotonic_map_follows_a_bent_rate_where_platts_curve_cannot() -> Non
 def test_a_short_all_accepted_step_is_not_promised_as_certain() -> None:
     knots = isotonic_fit([0.0, 1.0, 2.0, 3.0], [False, False, True, True], [1.0] * 4)
     assert knots[-1][1] < 1.0 and knots[0][1] > 0.0
-
-
-def test_the_ece_interval_holds_the_ece_and_narrows_with_more_items() -> None:
-    rng = random.Random(23)
-    confidences = [rng.uniform(0.5, 1.0) for _ in range(2400)]
-    hits = [rng.random() < c for c in confidences]
-    few = ece_interval(confidences[:150], hits[:150])
-    many = ece_interval(confidences, hits)
-    assert few[0] <= expected_calibration_error(confidences[:150], hits[:150]) <= few[1]
-    assert many[1] - many[0] < (few[1] - few[0]) / 2
-    assert many[1] < 0.05  # well calibrated, and 2,400 items can tell
 
 
 def test_items_tied_on_a_score_are_one_step_whatever_their_order() -> None:

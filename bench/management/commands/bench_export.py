@@ -114,7 +114,8 @@ def seed(count: int) -> None:
 def measure(fmt: str) -> dict[str, Any]:
     import tempfile as temp
 
-    from icrlhf.export.services import ExportFilters, export_lines
+    from icrlhf.export.selectors import ExportFilters
+    from icrlhf.export.services import export_lines
     from icrlhf.review.models import Decision
 
     decisions = Decision.objects.count()

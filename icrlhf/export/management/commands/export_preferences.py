@@ -6,7 +6,8 @@ from django.utils.dateparse import parse_datetime
 
 from icrlhf.export.formats import FORMATS
 from icrlhf.export.management.commands._output import lines_write, queue_named
-from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.export.selectors import ExportFilters
+from icrlhf.export.services import export_lines
 from icrlhf.review.models import Decision
 
 

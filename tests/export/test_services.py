@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from icrlhf.export.formats import FORMATS, derive
 from icrlhf.export.models import ExportRun
-from icrlhf.export.selectors import ExportSize, export_size
-from icrlhf.export.services import ExportFilters, export_lines
+from icrlhf.export.selectors import ExportFilters, ExportSize, export_size
+from icrlhf.export.services import export_lines
 from icrlhf.generation.models import Candidate
 from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example, Retrieval

@@ -8,7 +8,7 @@ import pytest
 
 from icrlhf.insights.selectors import ENOUGH_PER_ARM, Arm, compare
 from tests.factories import QueueFactory, UserFactory
-from tests.gateway.test_routing import captured, client_of
+from tests.gateway.test_routing_views import captured, client_of
 
 NAMES = ("with memory", "without")
 
