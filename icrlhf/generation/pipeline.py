@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count, Exists, F, Q
 from django.utils import timezone
 
 from icrlhf.generation import endpoint_share, ranking, selectors, signals, tasks
@@ -489,23 +489,28 @@ def generation_finish_if_complete(
     if settled["unsettled"]:
         return
     any_done = settled["done"] > 0
+    running = Generation.objects.filter(pk=generation_id, status=Generation.Status.RUNNING)
     with transaction.atomic():
-        flipped = Generation.objects.filter(
-            pk=generation_id, status=Generation.Status.RUNNING
+        if item_id is None or queue_id is None:
+            item_id, queue_id = Generation.objects.values_list("item_id", "item__queue_id").get(
+                pk=generation_id
+            )
+        # The item's row before the generation's: the order every flow locks in
+        # (queues.locks), so a decision landing as the last candidate settles cannot deadlock
+        # with it. The item only follows a generation still running: one already flipped
+        # by another caller (or replaced by a regenerate) is not this call's to settle.
+        Item.objects.filter(pk=item_id, status=Item.Status.GENERATING).filter(
+            Exists(running)
         ).update(
+            status=Item.Status.READY if any_done else Item.Status.FAILED,
+            updated_at=timezone.now(),
+        )
+        flipped = running.update(
             status=Generation.Status.DONE if any_done else Generation.Status.FAILED,
             finished_at=timezone.now(),
         )
         if not flipped:
             return
-        if item_id is None or queue_id is None:
-            item_id, queue_id = Generation.objects.values_list("item_id", "item__queue_id").get(
-                pk=generation_id
-            )
-        Item.objects.filter(pk=item_id, status=Item.Status.GENERATING).update(
-            status=Item.Status.READY if any_done else Item.Status.FAILED,
-            updated_at=timezone.now(),
-        )
         if any_done:
             # In the memory worker, which embeds, one step behind its queue's fair priority:
             # a decision's indexing and a generation's retrieval (priority 0) go first, and a

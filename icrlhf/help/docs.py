@@ -2,7 +2,7 @@
 Markdown, in reading order. A link to another of these pages (`api.md#the-decision-webhook`)
 goes to that help page; a link to a file the help does not render (the benchmarks, the
 changelog, the README) and a figure are named, not shown. An install without docs/ (the wheel
-and the image ship without it) has no pages."""
+ships without it; the image has it) has no pages."""
 
 import functools
 import posixpath

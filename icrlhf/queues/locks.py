@@ -1,12 +1,17 @@
 """The one way to lock a review item's row, for every flow that changes an item (claims,
 decisions, automation, regenerating, ranking)."""
 
+from django.db import connection
 from django.db.models import QuerySet
 
 from icrlhf.queues.models import Item
 
 
 def _items_locked() -> QuerySet[Item]:
+    # SQLite ignores FOR UPDATE, so a caller outside a transaction would pass every test there
+    # and fail only on PostgreSQL: refuse it on both.
+    if not connection.in_atomic_block:
+        raise RuntimeError("An item is locked inside transaction.atomic(), never outside.")
     # The queue is read in the same query but not locked ("of self"): a lock over the join
     # would also hold up every other item, decision and capture of the queue.
     return Item.objects.select_for_update(of=("self",)).select_related("queue")
