@@ -45,15 +45,14 @@ class TokenScopeMissing(TokenRefused):
 
     def __init__(self, scope: str) -> None:
         super().__init__(f"This token does not have the “{scope}” scope.")
-        self.scope = scope
 
 
 class TokenOverLimit(TokenRefused):
-    """The token made its minute's calls already (429)."""
+    """The token made its minute's calls already (429; each API says so in its own words)."""
 
-    def __init__(self, *, limit: TokenLimit, retry_after_s: int) -> None:
-        super().__init__(f"This token made more than {limit.per_minute} calls this minute.")
-        self.limit, self.retry_after_s = limit, retry_after_s
+    def __init__(self, *, retry_after_s: int) -> None:
+        super().__init__("This token made its calls for this minute.")
+        self.retry_after_s = retry_after_s
 
 
 def token_admit(
@@ -75,7 +74,7 @@ def token_admit(
     if not record.allows(scope):
         raise TokenScopeMissing(scope)
     if not attempt_allowed(limit.name, str(record.pk), per_minute=limit.per_minute):
-        raise TokenOverLimit(limit=limit, retry_after_s=seconds_left_in_window())
+        raise TokenOverLimit(retry_after_s=seconds_left_in_window())
     return record
 
 
