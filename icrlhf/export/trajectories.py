@@ -33,7 +33,7 @@ from icrlhf.export.formats import SCHEMA_VERSION, Record
 from icrlhf.export.models import ExportRun
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
-from icrlhf.trajectories.turns import Message, action_message, step_turns
+from icrlhf.trajectories.turns import Message, step_message, step_turns
 
 TRAJECTORY_FORMATS = ("canonical", "openai", "trl", "pairs")
 CHUNK = 200  # runs per chunk: each carries its steps and their conversations
@@ -292,7 +292,7 @@ def _derived(record: Record, fmt: str) -> Iterator[Record]:
             if not corrected or each["step_position"] not in by_position:
                 continue
             before, taken = by_position[each["step_position"]]
-            chosen = action_message(
+            chosen = step_message(
                 text=corrected.get("content") or "", tool_calls=corrected.get("tool_calls") or []
             )
             if _calls_and_text(chosen) == _calls_and_text(taken):

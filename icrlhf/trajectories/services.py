@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
-from icrlhf.trajectories.turns import action_message
+from icrlhf.trajectories.turns import step_message
 
 KEY_MAX_LENGTH = 200
 
@@ -86,7 +86,7 @@ def step_record(
     key = key.strip()[:KEY_MAX_LENGTH]
     answered = action_text if raw_action_text is None else raw_action_text
     # The answer as the assistant message it becomes in the caller's next call.
-    answer = action_message(
+    answer = step_message(
         text=answered, tool_calls=tool_calls if raw_tool_calls is None else raw_tool_calls
     )
     continuation = conversation_hash([*raw_messages, answer])

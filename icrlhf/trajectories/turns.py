@@ -18,7 +18,7 @@ class StepLike(Protocol):
     tool_calls: list[dict[str, Any]]
 
 
-def action_message(*, text: str, tool_calls: list[dict[str, Any]]) -> Message:
+def step_message(*, text: str, tool_calls: list[dict[str, Any]]) -> Message:
     """A step's action as the assistant message that took it. A step keeps no words beside
     its tool calls (`step_record`), so a step's message carries none either."""
     return signatures.action_message("" if tool_calls else text, tool_calls)
@@ -47,6 +47,6 @@ def step_turns[S: StepLike](
             for m in (following.observation if following is not None else [])
             if m.get("role") == "tool" and m.get("tool_call_id") in answered
         ]
-        action = clean(action_message(text=step.action_text, tool_calls=step.tool_calls))
+        action = clean(step_message(text=step.action_text, tool_calls=step.tool_calls))
         yield StepTurns(step=step, before=list(conversation), action=action, results=results)
         conversation.append(action)
