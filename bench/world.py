@@ -180,23 +180,55 @@ def world(name: str, *, database_url: str = "", **env: str) -> Iterator[World]:
             here.stack.stop()
 
 
-def inside_with_local_llm(command: str, options: dict[str, Any]) -> dict[str, Any]:
-    """Runs `command`'s measurement inside a world whose worker calls the real local LLM
-    (started here, unless `llm_api_base` names one already running), and adds the minutes
-    the whole run took."""
-    started = time.monotonic()
-    llm = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
+# The local LLM's name as litellm calls it (llama-server answers to its alias).
+LOCAL_LLM_MODEL = "openai/smollm2"
+
+
+def add_llm_options(parser: CommandParser) -> None:
+    """How a benchmark that asks an LLM is pointed at another one, unchanged: any
+    OpenAI-compatible endpoint and model (its key: LLM_API_KEY in the environment)."""
+    parser.add_argument(
+        "--llm-api-base",
+        default="",
+        help="An OpenAI-compatible endpoint to ask instead (default: start the local LLM).",
+    )
+    parser.add_argument(
+        "--llm-model",
+        default="",
+        help=f"The model at --llm-api-base, as litellm names it (default: {LOCAL_LLM_MODEL}).",
+    )
+
+
+@contextmanager
+def llm_endpoint(options: Mapping[str, Any], *, slots: int = 4) -> Iterator[dict[str, str]]:
+    """The settings (LLM_API_BASE, LLM_MODEL) of the LLM a benchmark asks: the endpoint
+    `--llm-api-base` names, else the local LLM, started here (with `slots` requests at once)
+    and stopped when the block ends."""
+    api_base = options.get("llm_api_base") or ""
+    model = options.get("llm_model") or LOCAL_LLM_MODEL
+    local = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
     try:
-        api_base = options["llm_api_base"]
         if not api_base:
             api_base = f"http://127.0.0.1:{free_port()}/v1"
-            llm.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
-        name = command.replace("_", "-")
-        with world(name, LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2") as here:
-            here.worker(concurrency=4)
-            result = dict(here.inside(command, options))
+            local.start_local_llm(
+                api_base,
+                settings.LOCAL_LLM_MODEL_PATH,
+                alias=LOCAL_LLM_MODEL.removeprefix("openai/"),
+                slots=slots,
+            )
+        yield {"LLM_API_BASE": api_base, "LLM_MODEL": model}
     finally:
-        llm.stop()
+        local.stop()
+
+
+def inside_with_local_llm(command: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Runs `command`'s measurement inside a world whose worker calls the real local LLM
+    (or the endpoint `--llm-api-base` names: see `llm_endpoint`), and adds the minutes the
+    whole run took."""
+    started = time.monotonic()
+    with llm_endpoint(options) as llm, world(command.replace("_", "-"), **llm) as here:
+        here.worker(concurrency=4)
+        result = dict(here.inside(command, options))
     result["minutes"] = round((time.monotonic() - started) / 60, 1)
     return result
 

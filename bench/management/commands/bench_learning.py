@@ -23,7 +23,7 @@ from bench.learning import (
     curve_svg,
     labelled_split,
 )
-from bench.world import WorldCommand, inside_with_local_llm
+from bench.world import WorldCommand, add_llm_options, inside_with_local_llm
 from icrlhf.queues.models import Queue
 
 # Columns of the printed table: the charted rates, then the ceiling of what memory can offer.
@@ -102,7 +102,7 @@ class Command(WorldCommand):
         parser.add_argument("--memory-candidates", type=int, default=4)
         parser.add_argument("--temperature", type=float, default=0.8)
         parser.add_argument("--seed", type=int, default=7)
-        parser.add_argument("--llm-api-base", default="", help="Default: start the local LLM.")
+        add_llm_options(parser)
         parser.add_argument(
             "--min-similarity",
             type=float,

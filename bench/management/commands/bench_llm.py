@@ -7,19 +7,25 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from bench.world import LOCAL_LLM_MODEL, add_llm_options
 from icrlhf.ops.local_llm import build_features
 from icrlhf.ops.stack import Stack, free_port, local_llm_threads
 
 PROMPT = [{"role": "user", "content": "Write a short story about a lost bank card."}]
 
 
-def _answer(api_base: str, tokens: int) -> dict[str, float]:
+def _answer(api_base: str, model: str, tokens: int) -> dict[str, float]:
     """One greedy answer from the server, timed from the request to its last byte."""
     body = json.dumps(
-        {"model": "smollm2", "messages": PROMPT, "max_tokens": tokens, "temperature": 0.0}
+        {"model": model, "messages": PROMPT, "max_tokens": tokens, "temperature": 0.0}
     ).encode()
     request = urllib.request.Request(
-        f"{api_base}/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        f"{api_base}/chat/completions",
+        data=body,
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {settings.LLM_API_KEY}",
+        },
     )
     started = time.perf_counter()
     with urllib.request.urlopen(request, timeout=300) as response:  # noqa: S310 (loopback)
@@ -43,24 +49,19 @@ class Command(BaseCommand):
             default=None,
             help="llama-server's threads (default: as the product starts it).",
         )
+        add_llm_options(parser)
         parser.add_argument("--json", action="store_true", help="End with one JSON line.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        model = settings.LOCAL_LLM_MODEL_PATH
-        if not model.is_file():
-            raise CommandError(f"No model at {model}: run `manage.py build_models --llm`.")
-        features = sorted(build_features())
-        threads = options["threads"] or local_llm_threads()
-        api_base = f"http://127.0.0.1:{free_port()}/v1"
-        server = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
-        try:
-            server.start_local_llm(api_base, model, alias="smollm2", slots=1, threads=threads)
-            # The first answer warms the caches up and is dropped.
-            runs = [_answer(api_base, options["tokens"]) for _ in range(options["runs"] + 1)][1:]
-        except (OSError, RuntimeError) as error:
-            raise CommandError(f"The local LLM failed: {error}") from error
-        finally:
-            server.stop()
+        if options["llm_api_base"]:  # another server: its speed, as any client sees it
+            features: list[str] = []
+            threads: int | None = None
+            model = (options["llm_model"] or LOCAL_LLM_MODEL).removeprefix("openai/")
+            runs = self._runs(options["llm_api_base"], model, options)
+            served_by = f"{model} at {options['llm_api_base']}"
+        else:
+            features, threads, runs = self._local_runs(options)
+            served_by = f"llama-server built for {' '.join(features)}"
         rates = [run["completion_tokens"] / run["seconds"] for run in runs]
         result = {
             "build_features": features,
@@ -72,10 +73,38 @@ class Command(BaseCommand):
             "answer_s_median": round(statistics.median(run["seconds"] for run in runs), 3),
         }
         self.stdout.write(
-            f"llama-server built for {' '.join(features)}: {result['tokens_per_s_median']} "
+            f"{served_by}: {result['tokens_per_s_median']} "
             f"tokens/s (median of {len(runs)} answers of ~{result['tokens_per_answer']:.0f} "
             f"tokens, min {result['tokens_per_s_min']}), {result['answer_s_median']} s an "
-            f"answer, {threads} thread(s)"
+            f"answer, {threads or 'unknown'} thread(s)"
         )
         if options["json"]:
             self.stdout.write(json.dumps(result, sort_keys=True))
+
+    def _local_runs(self, options: dict[str, Any]) -> tuple[list[str], int, list[dict[str, float]]]:
+        """The installed llama-server's build, threads and answers, started here as the
+        product starts it but with one slot."""
+        model = settings.LOCAL_LLM_MODEL_PATH
+        if not model.is_file():
+            raise CommandError(f"No model at {model}: run `manage.py build_models --llm`.")
+        threads = options["threads"] or local_llm_threads()
+        api_base = f"http://127.0.0.1:{free_port()}/v1"
+        server = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
+        try:
+            alias = LOCAL_LLM_MODEL.removeprefix("openai/")
+            server.start_local_llm(api_base, model, alias=alias, slots=1, threads=threads)
+            return sorted(build_features()), threads, self._runs(api_base, alias, options)
+        except (OSError, RuntimeError) as error:
+            raise CommandError(f"The local LLM failed: {error}") from error
+        finally:
+            server.stop()
+
+    def _runs(self, api_base: str, model: str, options: dict[str, Any]) -> list[dict[str, float]]:
+        """`--runs` timed answers; the first answer warms the caches up and is dropped."""
+        try:
+            answers = [
+                _answer(api_base, model, options["tokens"]) for _ in range(options["runs"] + 1)
+            ]
+        except OSError as error:
+            raise CommandError(f"The LLM at {api_base} failed: {error}") from error
+        return answers[1:]

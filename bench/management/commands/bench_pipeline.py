@@ -16,8 +16,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandParser
 
-from bench.world import WorldCommand, percentile, world
-from icrlhf.ops.stack import Stack, free_port, wait_until
+from bench.world import WorldCommand, add_llm_options, llm_endpoint, percentile, world
+from icrlhf.ops.stack import wait_until
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 
@@ -43,8 +43,10 @@ class Command(WorldCommand):
             "--local-model",
             action="store_true",
             help="Time generations on the real local model (llama.cpp with SmolLM2, "
-            "LOCAL_LLM_SLOTS requests at once) instead: to the first candidate and to all N.",
+            "LOCAL_LLM_SLOTS requests at once), or on --llm-api-base's, instead: to the first "
+            "candidate and to all N.",
         )
+        add_llm_options(parser)
         parser.add_argument("--sizes", default="1,4,8", help="N values for --local-model.")
         parser.add_argument("--repeats", type=int, default=5, help="Items per N, --local-model.")
         parser.add_argument(
@@ -56,6 +58,7 @@ class Command(WorldCommand):
         )
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
+        options["local_model"] |= bool(options["llm_api_base"])  # a real model, not the fixed one
         if options["local_model"]:
             return _local_model_outside(options)
         llm = FixedLatencyLLM(latency_s=options["latency"]).start()
@@ -105,8 +108,9 @@ class Command(WorldCommand):
             self.stdout.write(line)
 
     def _report_local_model(self, result: dict[str, Any]) -> None:
+        slots = f", {result['slots']} requests decoded at once" if result["slots"] else ""
         self.stdout.write(
-            f"Local model: {result['model']}, {result['slots']} requests decoded at once, "
+            f"Model: {result['model']}{slots}, "
             f"max_tokens {result['max_tokens']}; medians of {result['repeats']} items per N"
         )
         self.stdout.write(f"{'N':>3} | {'first candidate':>15} | {'all N':>8} | tokens/answer")
@@ -287,22 +291,12 @@ LOCAL_MODEL_MAX_TOKENS = 100
 
 
 def _local_model_outside(options: dict[str, Any]) -> dict[str, Any]:
-    stack = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
-    api_base = f"http://127.0.0.1:{free_port()}/v1"
-    try:
-        stack.start_local_llm(
-            api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2", slots=settings.LOCAL_LLM_SLOTS
-        )
-        with world(
-            "bench-pipeline-local",
-            database_url=options["database_url"],
-            LLM_API_BASE=api_base,
-            LLM_MODEL="openai/smollm2",
-        ) as here:
-            here.worker(concurrency=4)
-            return dict(here.inside("bench_pipeline", options))
-    finally:
-        stack.stop()
+    with (
+        llm_endpoint(options, slots=settings.LOCAL_LLM_SLOTS) as llm,
+        world("bench-pipeline-local", database_url=options["database_url"], **llm) as here,
+    ):
+        here.worker(concurrency=4)
+        return dict(here.inside("bench_pipeline", options))
 
 
 def local_model_measure(options: dict[str, Any]) -> dict[str, Any]:
@@ -346,8 +340,10 @@ def local_model_measure(options: dict[str, Any]) -> dict[str, Any]:
         }
     result: dict[str, Any] = {
         "mode": "local-model",
-        "model": settings.LOCAL_LLM_MODEL_PATH.name,
-        "slots": settings.LOCAL_LLM_SLOTS,
+        "model": settings.LLM_MODEL
+        if options["llm_api_base"]
+        else settings.LOCAL_LLM_MODEL_PATH.name,
+        "slots": None if options["llm_api_base"] else settings.LOCAL_LLM_SLOTS,
         "max_tokens": LOCAL_MODEL_MAX_TOKENS,
         "repeats": options["repeats"],
         "sizes": sizes,

@@ -19,8 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandParser
 
-from bench.world import WorldCommand, world
-from icrlhf.ops.stack import Stack, free_port
+from bench.world import WorldCommand, add_llm_options, llm_endpoint, world
 
 WINDOW = 100
 
@@ -42,23 +41,14 @@ class Command(WorldCommand):
         parser.add_argument("--candidates", type=int, default=3, help="N per captured item.")
         parser.add_argument("--review-every", type=int, default=10, help="Calls between reviews.")
         parser.add_argument("--seed", type=int, default=7)
-        parser.add_argument("--llm-api-base", default="", help="Default: start the local LLM.")
+        add_llm_options(parser)
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
         started = time.monotonic()
-        llm = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
-        try:
-            api_base, model = options["llm_api_base"], "openai/served"
-            if not api_base:
-                api_base = f"http://127.0.0.1:{free_port()}/v1"
-                llm.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
-                model = "openai/smollm2"
-            with world("bench-traffic", LLM_API_BASE=api_base, LLM_MODEL=model) as here:
-                here.worker(concurrency=4)
-                _, gateway = here.gateway()
-                result = dict(here.inside("bench_traffic", {**options, "gateway": gateway}))
-        finally:
-            llm.stop()
+        with llm_endpoint(options) as llm, world("bench-traffic", **llm) as here:
+            here.worker(concurrency=4)
+            _, gateway = here.gateway()
+            result = dict(here.inside("bench_traffic", {**options, "gateway": gateway}))
         result["minutes"] = round((time.monotonic() - started) / 60, 1)
         return result
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from bench.world import WorldCommand, inside_with_local_llm
+from bench.world import WorldCommand, add_llm_options, inside_with_local_llm
 
 
 class Command(WorldCommand):
@@ -27,7 +27,7 @@ class Command(WorldCommand):
         parser.add_argument("--sizes", default="0,150,600", help="Stored decisions for (b).")
         parser.add_argument("--candidates", type=int, default=1, help="N per ticket in (a).")
         parser.add_argument("--seed", type=int, default=11)
-        parser.add_argument("--llm-api-base", default="", help="Default: start the local LLM.")
+        add_llm_options(parser)
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
         return inside_with_local_llm("bench_triage", options)

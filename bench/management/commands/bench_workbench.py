@@ -22,6 +22,7 @@ proposal that has it (its number, Enter), else picks the first and corrects the 
 (e, as few letters as bring it to the top of the matches, Enter, Ctrl+Enter). Prints the
 share of valid proposals and keystrokes per triage."""
 
+import contextlib
 import json
 import re
 import statistics
@@ -35,8 +36,7 @@ from django.contrib.auth.models import User
 from django.core.management.base import CommandError, CommandParser
 
 from bench import captured_steps
-from bench.world import WorldCommand, percentile, world
-from icrlhf.ops.stack import free_port
+from bench.world import WorldCommand, add_llm_options, llm_endpoint, percentile, world
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 PASSWORD = "bench-reviewer-password"  # noqa: S105 (a throw-away world's user)
@@ -56,27 +56,26 @@ class Command(WorldCommand):
         parser.add_argument(
             "--triage-tickets", type=int, default=10, help="Tickets on the triage path (0: none)."
         )
-        parser.add_argument(
-            "--llm-api-base", default="", help="A local LLM already running (default: start one)."
-        )
+        add_llm_options(parser)  # the triage path's (the rest asks a fixed-latency LLM)
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
         llm = FixedLatencyLLM(latency_s=options["latency"]).start()
-        local_llm = options["llm_api_base"]
         try:
-            if options["triage_tickets"] and not local_llm:
-                local_llm = f"http://127.0.0.1:{free_port()}/v1"
-            with world(
-                "bench-workbench",
-                LLM_API_BASE=llm.api_base,
-                LLM_MODEL="openai/fixed-latency",
-                LOGIN_ATTEMPTS_PER_MINUTE="1000",
-                LOGIN_ATTEMPTS_PER_ADDRESS_PER_MINUTE="1000",
-            ) as here:
-                if options["triage_tickets"] and not options["llm_api_base"]:
-                    here.stack.start_local_llm(
-                        local_llm, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2"
+            with contextlib.ExitStack() as started:
+                triage_llm = (
+                    started.enter_context(llm_endpoint(options))
+                    if options["triage_tickets"]
+                    else {}
+                )
+                here = started.enter_context(
+                    world(
+                        "bench-workbench",
+                        LLM_API_BASE=llm.api_base,
+                        LLM_MODEL="openai/fixed-latency",
+                        LOGIN_ATTEMPTS_PER_MINUTE="1000",
+                        LOGIN_ATTEMPTS_PER_ADDRESS_PER_MINUTE="1000",
                     )
+                )
                 here.worker(concurrency=8)
                 _web, base = here.web()
                 steps: dict[str, Any] = {}
@@ -85,7 +84,7 @@ class Command(WorldCommand):
                     steps = drive_steps(base, options["steps"])
                     steps |= here.inside("bench_workbench", {**options, "phase": "steps-check"})
                 seeded = here.inside(
-                    "bench_workbench", {**options, "phase": "seed", "llm_api_base": local_llm}
+                    "bench_workbench", {**options, "phase": "seed", "triage_llm": triage_llm}
                 )
                 result = drive(base, options) | steps
                 if options["triage_tickets"]:
@@ -103,7 +102,7 @@ class Command(WorldCommand):
         if options["phase"] == "steps-check":
             return captured_steps.steps_decided()
         seed(decisions=options["decisions"], candidates=options["candidates"])
-        return {"gold": seed_triage(options["triage_tickets"], options["llm_api_base"])}
+        return {"gold": seed_triage(options["triage_tickets"], options["triage_llm"])}
 
     def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
         steps = bool(options["steps"])
@@ -181,8 +180,8 @@ def seed(*, decisions: int, candidates: int) -> None:
 TRIAGE_N = 3
 
 
-def seed_triage(tickets: int, api_base: str) -> dict[str, str]:
-    """A triage queue on the local model with `tickets` Banking77 tickets; their ticket
+def seed_triage(tickets: int, llm: dict[str, str]) -> dict[str, str]:
+    """A triage queue on the benchmark's LLM with `tickets` Banking77 tickets; their ticket
     numbers (as the page shows them) and true categories."""
     from bench.learning import labelled_split
     from icrlhf.queues.models import Queue
@@ -201,8 +200,8 @@ def seed_triage(tickets: int, api_base: str) -> dict[str, str]:
         n_candidates=TRIAGE_N,
         memory_candidates=0,
         max_tokens=120,
-        model="openai/smollm2",
-        api_base=api_base,
+        model=llm["LLM_MODEL"],
+        api_base=llm["LLM_API_BASE"],
     )
     queue.members.add(User.objects.get(username="bench-reviewer"))
     gold = {}
