@@ -73,8 +73,21 @@ def llm_endpoints(raw: str) -> dict[str, dict[str, str]]:
             "model": str(entry["model"]),
             "api_base": str(entry["api_base"]).rstrip("/"),
             "key": os.environ.get(str(entry.get("key_env") or ""), ""),
+            **_context_window_of(name, entry),
         }
     return endpoints
+
+
+def _context_window_of(name: str, entry: dict[str, Any]) -> dict[str, str]:
+    """An endpoint's `context_window` (tokens), when LLM_ENDPOINTS gives one."""
+    window = entry.get("context_window")
+    if window is None:
+        return {}
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ImproperlyConfigured(
+            f"LLM_ENDPOINTS[{name!r}]: `context_window` must be a positive number of tokens."
+        )
+    return {"context_window": str(window)}
 
 
 DEBUG = env_bool("DEBUG", False)
@@ -316,11 +329,16 @@ LLM_API_KEY = env_str("LLM_API_KEY", "local")
 # The endpoints a queue may call, by name: the install's own ("default": LLM_MODEL at
 # LLM_API_BASE with LLM_API_KEY), and those LLM_ENDPOINTS adds, as JSON:
 #   {"openai": {"model": "openai/gpt-4o-mini", "api_base": "https://api.openai.com/v1",
-#               "key_env": "OPENAI_API_KEY"}}
+#               "key_env": "OPENAI_API_KEY", "context_window": 128000}}
 # Each key is read from the variable its `key_env` names and goes to that endpoint only. A
 # queue picks an endpoint by name, and only superusers pick: whoever may edit a queue cannot
-# point it at their own server and receive a key.
+# point it at their own server and receive a key. `context_window` is optional (see
+# LLM_CONTEXT_WINDOW).
 LLM_ENDPOINTS = llm_endpoints(env_str("LLM_ENDPOINTS", ""))
+# The context window, in tokens, of LLM_MODEL at LLM_API_BASE (a named endpoint's is its
+# `context_window` in LLM_ENDPOINTS). 0: what the server reports (llama.cpp's server does),
+# else what litellm knows of the model, else unknown (the prompt is then not fitted).
+LLM_CONTEXT_WINDOW = env_int("LLM_CONTEXT_WINDOW", 0)
 LLM_TIMEOUT_S = env_float("LLM_TIMEOUT_S", 60.0)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3)
 # How often the sweeper looks for generations a dead worker or a lost message left behind.

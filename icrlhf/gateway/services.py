@@ -15,7 +15,7 @@ from django.db import DatabaseError
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.generation import ranking
-from icrlhf.generation.context import prompt_context, request_signature
+from icrlhf.generation.context import Room, prompt_context, request_signature
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.integrations.redaction import Destination, scrub
 from icrlhf.memory.selectors import RetrievedExample, examples_recall_anywhere
@@ -39,7 +39,8 @@ class Plan:
     context: list[dict[str, Any]]
     request_hash: str
     memory: str  # a Call.Memory value
-    # In the prompt, most similar first; for a memory answer, the one example answering.
+    # In the prompt as sent (those that fit the model's window), most similar first; for a
+    # memory answer, the one example answering.
     examples: list[RetrievedExample]
     retrieval_ms: float
     # The nearest preferred example's similarity, whether or not the answer used it.
@@ -189,19 +190,22 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
                 memory_answer=hit.example.output_text,
                 memory_confidence=confidence,
             )
-    # A held-out call is retrieved for all the same (its coverage is measured alike), but
-    # nothing retrieved reaches its prompt.
-    in_prompt = [] if holdout else recall.examples
-    messages = prompt.messages(examples=in_prompt)
     # The caller's sampling parameters, within the queue's limit on answer length.
     params = {"temperature": queue.temperature, "max_tokens": queue.max_tokens}
     params |= request.sampling()
     params["max_tokens"] = min(int(params["max_tokens"]), queue.max_tokens)
+    model = queue.model or settings.LLM_MODEL
+    # A held-out call is retrieved for all the same (its coverage is measured alike), but
+    # nothing retrieved reaches its prompt; of the rest, what fits the model's window.
+    sent = prompt.fitted(
+        examples=[] if holdout else recall.examples,
+        room=Room.of_call(model=model, api_base=queue.api_base, params=params, options=options),
+    )
     return replace(
         retrieved,
-        examples=in_prompt,
-        messages=messages,
-        model=queue.model or settings.LLM_MODEL,
+        examples=sent.examples,
+        messages=sent.messages,
+        model=model,
         api_base=queue.api_base,
         params=params,
     )

@@ -17,7 +17,7 @@ from django.db.models import Count, Exists, F, Q
 from django.utils import timezone
 
 from icrlhf.generation import endpoint_share, ranking, selectors, signals, tasks
-from icrlhf.generation.context import prompt_context, request_signature
+from icrlhf.generation.context import Room, prompt_context, request_signature
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.integrations import database, llm
 from icrlhf.kinds import kind_of
@@ -102,15 +102,24 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
         )
         retrieval_error = "Memory was unavailable, so no examples were retrieved."
     recall = context.recall
-    retrieved = recall.examples
     earlier = selectors.attempts_earlier(
         item=item, before=generation, token_budget=queue.example_token_budget
     )
-    messages = context.messages(
-        examples=retrieved, attempts=earlier.attempts, attempts_feedback=earlier.feedback
+    prompt = context.fitted(
+        examples=recall.examples,
+        attempts=earlier.attempts,
+        attempts_feedback=earlier.feedback,
+        room=Room.of_call(
+            model=generation.model,
+            api_base=generation.api_base,
+            params=generation.params,
+            options=item.call_options,
+        ),
     )
+    messages = prompt.messages
     with transaction.atomic():
-        memory_services.retrievals_record(generation_id=generation.pk, retrieved=retrieved)
+        # The examples the prompt carries: those that fit the model's window.
+        memory_services.retrievals_record(generation_id=generation.pk, retrieved=prompt.examples)
         Generation.objects.filter(pk=generation_id).update(
             status=Generation.Status.RUNNING,
             messages=messages,

@@ -13,7 +13,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -162,9 +162,15 @@ NO_KEY = "no-key-for-this-endpoint"
 
 
 def endpoints() -> dict[str, dict[str, str]]:
-    """The endpoints a queue may call, by name: the install's own first."""
+    """The endpoints a queue may call, by name: the install's own first. Each has its model,
+    api_base and key, and its `context_window` (tokens, as digits) where the install sets one."""
     own = {"model": settings.LLM_MODEL, "api_base": settings.LLM_API_BASE}
-    return {"default": {**own, "key": settings.LLM_API_KEY}, **settings.LLM_ENDPOINTS}
+    window = settings.LLM_CONTEXT_WINDOW
+    own_window = {"context_window": str(window)} if window > 0 else {}
+    return {
+        "default": {**own, "key": settings.LLM_API_KEY, **own_window},
+        **settings.LLM_ENDPOINTS,
+    }
 
 
 def api_key_for(api_base: str) -> str | None:
@@ -185,6 +191,75 @@ def endpoint_named(api_base: str, model: str) -> str:
         if (endpoint["api_base"].rstrip("/"), endpoint["model"]) == wanted:
             return name
     return ""
+
+
+def context_window(model: str, api_base: str = "") -> int | None:
+    """How many tokens `model` at `api_base` (empty: the install's LLM_API_BASE) takes, its
+    prompt and its answer together: the endpoint's setting (LLM_CONTEXT_WINDOW, or the
+    `context_window` of its LLM_ENDPOINTS entry), else what its server reports, else what
+    litellm knows of the model; None when none of them says. Cheap after a process's first
+    call for an endpoint: the gateway asks for every call."""
+    model = model or settings.LLM_MODEL
+    configured = endpoints().get(endpoint_named(api_base, model), {}).get("context_window")
+    if configured:
+        return int(configured)
+    return _server_window(api_base or settings.LLM_API_BASE) or _known_window(model)
+
+
+# The server is asked while a call waits for its prompt: it answers at once or not at all.
+_WINDOW_ASK_TIMEOUT_S = 2.0
+# A server that did not say is asked again after this long: it may have been starting (a
+# process that asked then would otherwise never fit its prompts).
+_WINDOW_ASK_AGAIN_S = 60.0
+# By base URL: (the window the server reported, or None; when it was asked).
+_reported_windows: dict[str, tuple[int | None, float]] = {}
+_reported_windows_lock = threading.Lock()
+
+
+def _server_window(api_base: str) -> int | None:
+    """The context window the server at `api_base` reports, asked once per process (held
+    while asked: the calls that wait meanwhile take its answer instead of asking again)."""
+    if not api_base:
+        return None  # a provider's own endpoint, whose models litellm knows
+    base = api_base.rstrip("/")
+    with _reported_windows_lock:
+        window, asked_at = _reported_windows.get(base, (None, -_WINDOW_ASK_AGAIN_S))
+        if window is None and time.monotonic() - asked_at >= _WINDOW_ASK_AGAIN_S:
+            window = _server_window_asked(base)
+            _reported_windows[base] = (window, time.monotonic())
+        return window
+
+
+def _server_window_asked(api_base: str) -> int | None:
+    """llama.cpp's server reports the context one request may use (`n_ctx` of its default
+    generation settings) at GET /props, beside its OpenAI routes under /v1. Any other
+    server, or none answering in time: unknown."""
+    import httpx
+
+    key = api_key_for(api_base)
+    try:
+        response = httpx.get(
+            api_base.removesuffix("/v1") + "/props",
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+            timeout=_WINDOW_ASK_TIMEOUT_S,
+        )
+        response.raise_for_status()
+        window = response.json()["default_generation_settings"]["n_ctx"]
+    except (httpx.HTTPError, ValueError, LookupError, TypeError) as error:
+        logger.info("%s did not report its context window: %s", api_base, error)
+        return None
+    return window if isinstance(window, int) and window > 0 else None
+
+
+@cache
+def _known_window(model: str) -> int | None:
+    """The prompt tokens litellm's model list gives a model it knows (OpenAI's, Anthropic's…)."""
+    try:
+        info = _litellm().get_model_info(model)
+    except Exception:  # litellm raises a bare Exception for a model it does not know
+        return None
+    window = info.get("max_input_tokens")
+    return window if isinstance(window, int) and window > 0 else None
 
 
 def _extra(mock_response: str | None) -> dict[str, Any]:
@@ -667,6 +742,23 @@ def count_tokens(text: str) -> int:
     """Tokens of a text, for the example budget. An estimate (≈4 characters a token) that
     holds across models, so the budget means the same whichever model a queue uses."""
     return max(1, (len(text) + 3) // 4)
+
+
+# Characters worth about a token each rather than a quarter: digits (SmolLM2's vocabulary and
+# others' split numbers into single digits) and letters outside ASCII (most vocabularies learnt
+# on English split them into bytes).
+_DENSE = re.compile(r"[0-9]|[^\x00-\x7f]")
+
+
+def prompt_tokens(messages: Sequence[dict[str, Any]], *, tools: Any = None) -> int:
+    """Tokens of a prompt, estimated as `count_tokens` does, each digit and each letter
+    outside ASCII counted as a token: each message as JSON (its text, its tool calls, and its
+    role and keys, which stand for the template's markers), and the tools offered (the
+    server writes their definitions into the prompt)."""
+    texts = [json.dumps(message, ensure_ascii=False) for message in messages]
+    if tools:
+        texts.append(json.dumps(tools, ensure_ascii=False))
+    return sum(count_tokens(text) + len(_DENSE.findall(text)) * 3 // 4 for text in texts)
 
 
 def warm_up() -> None:

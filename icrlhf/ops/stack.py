@@ -121,7 +121,7 @@ def local_llm_command(
     """llama.cpp's own server, which tools/install-llm builds beside this Python. It decodes
     `slots` requests at once in one batch (continuous batching), so a generation's
     candidates are written together instead of one after another; the slots share one
-    cache, 2048 tokens each on average, and a long prompt may use what shorter ones leave.
+    cache, 2048 tokens each at most.
     It renders with the chat template `chat_template_for` picks (tool calls need one that
     knows tools: llama.cpp reads a call out of the answer in the template's own format)."""
     template = chat_template_for(model_path)
@@ -140,6 +140,11 @@ def local_llm_command(
         "--kv-unified",
         "--ctx-size",
         str(2048 * slots),
+        # Each request at most its share of the shared cache: long prompts in flight together
+        # can never overflow it (llama.cpp then fails every request in flight), and /props
+        # reports this share, the window prompts are fitted to (generation/context.py).
+        "--kv-unified-per-slot",
+        "2048",
         "--threads",
         str(threads or local_llm_threads()),
         # Threads that wait for each other sleep instead of spinning: with spinning (the
