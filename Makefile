@@ -15,7 +15,7 @@ LLM_NATIVE ?= 0
 LLM_BUILD := $(if $(filter 1,$(LLM_NATIVE)),native,portable)
 
 .PHONY: help run test test-fast bench chaos lint install-run install-test models embedding-model \
-	secret-key browser loadgen
+	secret-key browser loadgen java
 
 help:
 	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
@@ -56,8 +56,13 @@ $(VENV)/.installed-run: pyproject.toml tools/install-llm $(VENV)/.llm-build-$(LL
 	$(call install_with_llm,.[embedded])
 	@touch $@
 
+# The Berkeley Function Calling Leaderboard's data and checker (bench_bfcl): its package pins
+# numpy 1.x and pulls torch for evaluators we never run, so it goes in without its
+# dependencies; bench/bfcl.py reads only its data files and its AST checker.
+BFCL_EVAL := bfcl-eval==2026.3.23
 $(VENV)/.installed-test: pyproject.toml tools/install-llm $(VENV)/.llm-build-$(LLM_BUILD)
 	$(call install_with_llm,$(TEST_EXTRAS))
+	$(BIN)/pip install --quiet --no-deps "$(BFCL_EVAL)"
 	@touch $@ $(VENV)/.installed-run
 
 install-run: $(VENV)/.installed-run
@@ -86,6 +91,12 @@ browser:
 		test "$$(id -u)" = 0 || { echo "Install Debian's chromium (apt-get install -y chromium)"; exit 1; }; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+# ScienceWorld (bench_scienceworld) runs its simulator on the JVM: Debian's headless Java.
+java:
+	@command -v java >/dev/null || { \
+		test "$$(id -u)" = 0 || { echo "Install Debian's Java (apt-get install -y default-jre-headless)"; exit 1; }; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless; }
+
 # The gateway benchmark's load generator (Debian's hey, compiled) and its yardstick, LiteLLM's
 # proxy, in a virtualenv of its own at the litellm version the product pins.
 LITELLM_VERSION := $(shell sed -n 's/.*"litellm==\([0-9.]*\)".*/\1/p' pyproject.toml)
@@ -101,7 +112,7 @@ loadgen:
 
 # The whole suite on SQLite, then on PostgreSQL when one answers (DATABASE_URL, else
 # 127.0.0.1:5432); it says which databases it ran on.
-test: install-test models browser loadgen lint
+test: install-test models browser loadgen java lint
 	tools/run-tests $(BIN)/python $(PYTEST_ARGS)
 
 # The unit tier: the tests with none of the slow tiers' markers (pyproject; tests/conftest.py
@@ -115,7 +126,7 @@ test-fast: install-test embedding-model
 		--cov --cov-report=term:skip-covered --cov-fail-under=$(FAST_COVERAGE_FLOOR) $(PYTEST_ARGS)
 
 # The pipeline and review benchmarks run on SQLite, then on PostgreSQL when one answers.
-bench: install-test models secret-key loadgen
+bench: install-test models secret-key loadgen java
 	$(BIN)/python manage.py bench_llm $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_pipeline $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_pipeline --local-model $(BENCH_ARGS)

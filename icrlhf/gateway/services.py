@@ -143,7 +143,11 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
         memory = Call.Memory.UNAVAILABLE
     else:
         memory = Call.Memory.USED if recall.examples or recall.neighbours else Call.Memory.EMPTY
-    top_score = max((r.score for r in recall.examples + recall.neighbours), default=None)
+    # Coverage counts what this request's own tools were used for: a format example, of
+    # another tool set, teaches the form of a call and says nothing of this request.
+    top_score = max(
+        (r.score for r in recall.examples + recall.neighbours if not r.format_only), default=None
+    )
     retrieved = Plan(
         queue=queue,
         request_text=request_text,

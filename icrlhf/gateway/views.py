@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
@@ -35,7 +36,7 @@ from icrlhf.ingest.auth import (
 )
 from icrlhf.ingest.models import IntegrationToken, Scope
 from icrlhf.integrations import llm
-from icrlhf.memory.signatures import action_message, action_text
+from icrlhf.memory.signatures import action_message, action_text, foreign_calls
 
 logger = logging.getLogger(__name__)
 
@@ -337,6 +338,7 @@ async def _answered(call: _Call) -> HttpResponse:
             completion = await _before_deadline(call, llm.acomplete(**plan.upstream()))
         except llm.LLMError as error:
             return await _upstream_failed(call, error, headers=headers)
+        completion = await _offered_calls_only(call, completion)
         upstream_ms = _since(upstream_started)
         text, finish_reason, model = completion.text, completion.finish_reason, completion.model
         tool_calls, logprobs = list(completion.tool_calls), completion.logprobs
@@ -391,6 +393,36 @@ async def _upstream_failed(
     return _error(error.status, error.summary, kind="upstream_error", headers=headers)
 
 
+async def _offered_calls_only(call: _Call, completion: llm.Completion) -> llm.Completion:
+    """An answer whose tool calls all name tools the request offers. A model shown other tool
+    sets' calls (format examples) may copy one, and a caller's loop would then run a tool it
+    never offered: the upstream is asked once more, and if its new answer names one too (or
+    fails), the caller gets what the model said, its words without the calls."""
+    tools = call.plan.options.get("tools")
+    if not foreign_calls(completion.tool_calls, tools):
+        return completion
+    logger.info("Call %s named a tool it was not offered: asking the model again", call.id)
+    again: llm.Completion | None = None
+    try:
+        again = await _before_deadline(call, llm.acomplete(**call.plan.upstream()))
+    except llm.LLMError as error:
+        logger.warning("Call %s: asking again failed: %s", call.id, error)
+    # The caller is told the tokens both asks took.
+    prompt_tokens = completion.prompt_tokens + (again.prompt_tokens if again else 0)
+    completion_tokens = completion.completion_tokens + (again.completion_tokens if again else 0)
+    if again is not None and not foreign_calls(again.tool_calls, tools):
+        return replace(again, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+    said = again.text if again is not None and again.text.strip() else completion.text
+    return replace(
+        completion,
+        text=said,
+        tool_calls=(),
+        finish_reason="stop",
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+    )
+
+
 def _logged_answer(text: str, tool_calls: list[dict[str, Any]]) -> str:
     """The call log's answer: a plain answer as the caller got it; an action with tool calls
     as one text, the way memory writes it."""
@@ -443,6 +475,12 @@ class _Relay:
         self.call, self.stream, self.include_usage = call, stream, include_usage
         self.slot, self.upstream_started = slot, upstream_started
         self.text, self.error, self.status = "", "", 200
+        # Tool calls are held until the stream ends, then sent only if each names a tool the
+        # request offers (see `_calls_to_send`): what the caller got, for its log row.
+        self.held: list[dict[str, Any]] = []
+        self.tool_calls: list[dict[str, Any]] = []
+        self.finish_reason: str | None = None  # where the held calls changed it
+        self.retry_usage = _usage(0, 0)
 
     async def events(self) -> AsyncIterator[str]:
         call = self.call
@@ -454,7 +492,12 @@ class _Relay:
                     piece = await _before_deadline(call, anext(pieces))
                 except StopAsyncIteration:
                     break
+                if "tool_calls" in piece:
+                    self.held.append(piece)
+                    continue
                 self.text += piece.get("content", "")
+                yield call.chunk(piece)
+            for piece in await self._calls_to_send():
                 yield call.chunk(piece)
             yield call.chunk({}, finish_reason=self._finish_reason())
             if self.include_usage:
@@ -476,19 +519,57 @@ class _Relay:
             return _memory_pieces(self.call.plan.memory_answer or "")
         return aiter(self.stream)
 
+    async def _calls_to_send(self) -> list[dict[str, Any]]:
+        """Once the stream has ended, the tool call pieces to send: those held, when each
+        call names a tool the request offers; else the calls of the upstream asked once more
+        (with its words, where none were sent yet), or none (see `_offered_calls_only`)."""
+        stream = self.stream
+        if stream is None or not stream.tool_calls:
+            return []
+        if not foreign_calls(stream.tool_calls, self.call.plan.options.get("tools")):
+            self.tool_calls = list(stream.tool_calls)
+            return self.held
+        first = llm.Completion(
+            text=self.text,
+            model=self.call.plan.model,
+            prompt_tokens=0,
+            completion_tokens=0,
+            cost_usd=0.0,
+            latency_ms=0,
+            tool_calls=tuple(stream.tool_calls),
+        )
+        served = await _offered_calls_only(self.call, first)
+        self.retry_usage = _usage(served.prompt_tokens, served.completion_tokens)
+        self.tool_calls = list(served.tool_calls)
+        self.finish_reason = "tool_calls" if served.tool_calls else "stop"
+        pieces: list[dict[str, Any]] = []
+        if served.text and not self.text:
+            self.text = served.text
+            pieces.append({"content": served.text})
+        if served.tool_calls:
+            pieces.append(
+                {"tool_calls": [{"index": i, **c} for i, c in enumerate(served.tool_calls)]}
+            )
+        return pieces
+
     def _finish_reason(self) -> str:
+        if self.finish_reason is not None:
+            return self.finish_reason
         return "stop" if self.stream is None else self.stream.finish_reason
 
     def _usage(self) -> dict[str, int]:
         if self.stream is None:
             return _usage(0, 0)
-        return _usage(self.stream.prompt_tokens, self.stream.completion_tokens)
+        return _usage(
+            self.stream.prompt_tokens + self.retry_usage["prompt_tokens"],
+            self.stream.completion_tokens + self.retry_usage["completion_tokens"],
+        )
 
     def _settle(self) -> None:
         """Log the call and give its slot back, on threads nobody awaits: a caller who hangs
         up cancels the events, and the row must still be written."""
         stream, usage = self.stream, self._usage()
-        tool_calls = [] if stream is None else list(stream.tool_calls)
+        tool_calls = self.tool_calls
         outcome = self.call.record(
             answer_text=_logged_answer(self.text, tool_calls),
             tool_calls=tool_calls,

@@ -10,7 +10,7 @@ import functools
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from icrlhf.generation.prompts import Attempt, conversation_prompt, messages_build
@@ -19,6 +19,7 @@ from icrlhf.integrations import llm
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.kinds import kind_of
+from icrlhf.memory.repeats import without_repeats
 from icrlhf.memory.selectors import Recall, RetrievedExample
 from icrlhf.memory.signatures import Signature
 from icrlhf.queues.models import Queue
@@ -198,6 +199,14 @@ def prompt_context(
         )
     except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
         recall, memory_error = Recall(examples=[], neighbours=[]), error
+    # Memory never teaches a loop: no step whose call the conversation already holds with its
+    # result, nor one whose own turns repeat an answered call (memory.repeats). Neighbours too:
+    # a looping step gets no vote in the ranking either.
+    recall = replace(
+        recall,
+        examples=without_repeats(conversation, recall.examples),
+        neighbours=without_repeats(conversation, recall.neighbours),
+    )
     return PromptContext(
         queue=queue,
         system_prompt=system_prompt,

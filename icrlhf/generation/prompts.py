@@ -31,13 +31,26 @@ class PromptExample:
     # other answers to the same request with theirs ("rivals", the rejected ones).
     reward: float | None = None
     rivals: tuple[tuple[str, float], ...] = ()
+    # A format example: a step of another tool set, sent to show how a tool call is written,
+    # never which tool to call (see FORMAT_PREAMBLE).
+    format_only: bool = False
 
     @classmethod
     def of(
-        cls, example: Any, *, rewarded: bool = False, rivals: Sequence[Any] = ()
+        cls,
+        example: Any,
+        *,
+        rewarded: bool = False,
+        rivals: Sequence[Any] = (),
+        format_only: bool = False,
     ) -> "PromptExample":
         """From a stored example (memory.Example: generation sits above memory); `rewarded`:
-        with its reward and its rivals' (stored examples too)."""
+        with its reward and its rivals' (stored examples too); `format_only`: retrieved as a
+        format example (a format example's reward says nothing about this request: none)."""
+        if format_only:
+            return cls(
+                example.input_text, example.output_text, tuple(example.turns), format_only=True
+            )
         if not rewarded:
             return cls(example.input_text, example.output_text, tuple(example.turns))
         return cls(
@@ -94,6 +107,15 @@ EXPLORE_OR_EXPLOIT = (
 STEPS_PREAMBLE = (
     "The earlier turns of this conversation are other runs of this task, each ending with the "
     "step that was preferred there. Take the next step of the last run in the same way."
+)
+# Format examples come first, as turns: a tool call's form is the one the model's server
+# renders calls in (its chat template), which only a turn with tool calls shows. The tools they
+# call are other requests', so the prompt says so; a call the model still makes to one of them
+# never reaches the caller (the gateway's `foreign_calls`).
+FORMAT_PREAMBLE = (
+    "The first {count} earlier runs in this conversation call tools that are not available "
+    "to you: they only show how a tool call is written. Call only the tools you are offered, "
+    "in the same form, with the values the request gives."
 )
 _OUR_TAGS = re.compile(
     r"<(/?)(example|request|preferred_answer|answer|attempt|response|reward)(\s[^<>]*)?>",
@@ -204,7 +226,9 @@ def messages_build(
     system_parts = [system_prompt.strip(), instructions.strip()]
     if guidelines.strip():
         system_parts.append(f"Guidelines (version {guidelines_version}):\n{guidelines.strip()}")
-    most_similar_last = list(reversed(examples))
+    most_similar_last = [e for e in reversed(examples) if not e.format_only]
+    # Least similar first, and before every other example: furthest from the request.
+    formats = [e for e in reversed(examples) if e.format_only and e.turns]
     quoted = [
         e
         for e in most_similar_last
@@ -213,6 +237,8 @@ def messages_build(
     as_turns = [e for e in most_similar_last if e not in quoted]
     if quoted:
         system_parts.append(_reference_block(quoted))
+    if formats:
+        system_parts.append(FORMAT_PREAMBLE.format(count=len(formats)))
     if as_turns:
         system_parts.append(STEPS_PREAMBLE if all(e.turns for e in as_turns) else EXAMPLES_PREAMBLE)
         if any(e.reward is not None for e in as_turns):
@@ -224,6 +250,8 @@ def messages_build(
         system_parts.append(_attempts_block(attempts, attempts_feedback))
     system = "\n\n".join(part for part in system_parts if part)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+    for number, example in enumerate(formats, start=1):
+        messages.extend(_step_turns(example.turns, prefix=f"format{number}_"))
     for number, example in enumerate(as_turns, start=1):
         if example.turns:
             messages.extend(_step_turns(example.turns, prefix=f"example{number}_"))
@@ -239,8 +267,9 @@ def messages_build(
 def _step_turns(turns: Sequence[dict[str, Any]], *, prefix: str) -> list[dict[str, Any]]:
     """A stored step's turns, its tool call ids made unique in the prompt (two examples, or an
     example and the caller, may both have a `call_0`), and every tool call answered: OpenAI
-    refuses an assistant's tool calls that no tool message follows, and a step stored without
-    its results gets a placeholder."""
+    refuses an assistant's tool calls that no tool message follows. A call whose result the
+    step did not store (always its own action's, unless a later step recorded it) is answered
+    with nothing (`_placeholders`): the example ends at its action."""
     sent: list[dict[str, Any]] = []
     unanswered: list[str] = []
     for turn in turns:
@@ -262,7 +291,10 @@ def _step_turns(turns: Sequence[dict[str, Any]], *, prefix: str) -> list[dict[st
 
 
 def _placeholders(call_ids: list[str]) -> list[dict[str, Any]]:
-    return [
-        {"role": "tool", "tool_call_id": call_id, "content": "(result not recorded)"}
-        for call_id in call_ids
-    ]
+    """The tool messages that stand for results a step did not store: empty. OpenAI refuses
+    an assistant's tool calls without them (llama.cpp's server does not ask, but a prompt is
+    built once for any endpoint), so one must be sent; any words in it are words the model
+    can copy, and a small one did, answering a customer with a placeholder's "(result not
+    recorded)". An empty one holds nothing to copy (OpenAI's API and llama.cpp's server both
+    take an empty content)."""
+    return [{"role": "tool", "tool_call_id": call_id, "content": ""} for call_id in call_ids]

@@ -78,12 +78,14 @@ def generation_retrievals(*, generation: Generation) -> Retrievals:
 def prompt_examples(*, queue: Queue, retrieved: Sequence[RetrievedExample]) -> list[PromptExample]:
     """The retrieved examples as the prompt sends them: with their rewards and their rivals'
     when the queue puts rewards beside examples."""
-    examples = [r.example for r in retrieved]
     if not queue.example_rewards:
-        return [PromptExample.of(example) for example in examples]
-    rivals = memory_selectors.examples_rivals(examples=examples)
+        return [PromptExample.of(r.example, format_only=r.format_only) for r in retrieved]
+    rivals = memory_selectors.examples_rivals(examples=[r.example for r in retrieved])
     return [
-        PromptExample.of(example, rewarded=True, rivals=rivals[example.pk]) for example in examples
+        PromptExample.of(
+            r.example, rewarded=True, rivals=rivals[r.example.pk], format_only=r.format_only
+        )
+        for r in retrieved
     ]
 
 

@@ -26,6 +26,9 @@ class RetrievedExample:
     example: Example
     score: float
     rank: int
+    # A format example: a tool call of another tool set, in the prompt to show how a call is
+    # written (the queue's `format_examples`), never which tool to call.
+    format_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,10 @@ def examples_recall(
     For the prompt: pinned examples always come first (a curator pinned them to be in every
     prompt); then the most similar active ones, ranked by similarity × weight, without
     near-duplicates and none below the queue's minimum similarity. Whole examples are added
-    until the next one would exceed the token budget (never cut). Neighbours: the `pool`
+    until the next one would exceed the token budget (never cut). When fewer than k are
+    found and the queue sends format examples, the places left go to the nearest tool calls
+    of other tool sets (`Signature.admits_as_format`), after the rest and within the same
+    budget, marked `format_only`. Neighbours: the `pool`
     nearest pinned or active examples at or above the minimum by the same ranking,
     duplicates kept, for offering their answers as candidates or as the answer. Below the
     minimum: the active examples that would have taken one of the k places without it.
@@ -83,7 +89,7 @@ def examples_recall(
         collection=collection, vector=vector, ids=[e.pk for e in pinned]
     )
     pinned.sort(key=lambda e: -pinned_scores.get(e.pk, 0.0))
-    live, rejected = _live_hits(
+    live, rejected, nearby = _live_hits(
         queue_id=queue.pk,
         collection=collection,
         vector=vector,
@@ -113,6 +119,29 @@ def examples_recall(
             continue
         kept_vectors.append(unit)
         ranked.append((hit.score, example))
+    # Format examples are about the form of a call, not the request's subject: the minimum
+    # similarity, which keeps off-topic requests away from memory's answers, does not apply.
+    format_ranked: list[tuple[float, Example]] = []
+    places = k - len(ranked)
+    formats = (
+        _formats_of(
+            nearby,
+            limit=places * _OVERFETCH,
+            queue_id=queue.pk,
+            signature=signature,
+            collection=collection,
+        )
+        if queue.format_examples and signature.tool_names and places > 0
+        else []
+    )
+    for hit, example in formats:
+        if len(ranked) + len(format_ranked) >= k:
+            break
+        unit = vectors.unit_array(hit.vector)
+        if _near_any(unit, kept_vectors):
+            continue
+        kept_vectors.append(unit)
+        format_ranked.append((hit.score, example))
 
     # A stored answer is never offered, nor served, for a request it is not similar enough
     # to: pinned or not (pinning puts an example in the prompt, not its answer in the reply).
@@ -130,7 +159,7 @@ def examples_recall(
         for rank, (score, _, example) in enumerate(nearest[:pool], start=1)
     ]
     return Recall(
-        examples=_within_budget(ranked, token_budget),
+        examples=_within_budget(ranked, token_budget, formats=format_ranked),
         neighbours=neighbours,
         below_minimum=[
             RetrievedExample(example=example, score=score, rank=rank)
@@ -154,6 +183,15 @@ def _admitted(example: Example, signature: Signature) -> bool:
     return signature.admits(tool_names=example.tool_names, output_format=example.output_format)
 
 
+def _as_format(example: Example, signature: Signature) -> bool:
+    return signature.admits_as_format(
+        tool_names=example.tool_names, output_format=example.output_format
+    )
+
+
+_Hits = list[tuple[vectors.Hit, Example]]
+
+
 def _live_hits(
     *,
     queue_id: int,
@@ -163,10 +201,11 @@ def _live_hits(
     needed: int,
     minimum: float,
     signature: Signature,
-) -> tuple[list[tuple[vectors.Hit, Example]], list[tuple[vectors.Hit, Example]]]:
+) -> tuple[_Hits, _Hits, list[vectors.Hit]]:
     """Up to `limit` nearest active preferred examples, with their rows, those below the
-    minimum similarity included (the caller keeps them out of use and records them); and the
-    active rejected examples among the same hits, nearest first.
+    minimum similarity included (the caller keeps them out of use and records them); the
+    active rejected examples among the same hits, nearest first; and the first search's
+    hits, whatever they are (where format examples are looked for).
 
     First without a filter: a collection also holds rejected and retired examples, and the
     embedded store checks a filter point by point (at 10k points ~40× slower than a plain
@@ -205,10 +244,40 @@ def _live_hits(
             queue_id=queue_id,
             signature=signature,
         )
-    stored = vectors.vectors_of(collection=collection, ids=[hit.id for hit, _ in live])
-    return [
-        (replace(hit, vector=stored[hit.id]), example) for hit, example in live if hit.id in stored
-    ], rejected
+    return _with_vectors(live, collection=collection), rejected, plain
+
+
+def _with_vectors(hits: _Hits, *, collection: str) -> _Hits:
+    stored = vectors.vectors_of(collection=collection, ids=[hit.id for hit, _ in hits])
+    return [(replace(hit, vector=stored[hit.id]), e) for hit, e in hits if hit.id in stored]
+
+
+def _formats_of(
+    hits: list[vectors.Hit], *, limit: int, queue_id: int, signature: Signature, collection: str
+) -> _Hits:
+    """The first `limit` hits whose rows are the queue's active or pinned preferred examples
+    that the signature admits as format examples only, nearest first, with their vectors.
+    From the first, unfiltered search alone: any tool call shows the form, and the nearest
+    few dozen points of a queue that stores tool steps hold enough of them."""
+    retrieved = (Example.Status.ACTIVE, Example.Status.PINNED)
+    candidates = [
+        hit
+        for hit in hits
+        if hit.payload.get("queue_id") == queue_id
+        and hit.payload.get("role") == Example.Role.PREFERRED
+        and hit.payload.get("status") in retrieved
+    ]
+    rows = _rows().in_bulk([hit.id for hit in candidates])
+    found = [
+        (hit, rows[hit.id])
+        for hit in candidates
+        if hit.id in rows
+        and rows[hit.id].queue_id == queue_id
+        and rows[hit.id].role == Example.Role.PREFERRED
+        and rows[hit.id].status in retrieved
+        and _as_format(rows[hit.id], signature)
+    ][:limit]
+    return _with_vectors(found, collection=collection)
 
 
 def _live_of(
@@ -319,10 +388,11 @@ _ANSWER_ROLES = {
 def _recall_of_answer(found: dict[str, Any], *, queue: Queue, signature: Signature) -> Recall:
     """The recall an owner's answer names, with the rows read here. Only rows the search
     could have found for this request are kept (the queue's own, active or pinned, of the
-    role their list holds, admitted by the signature): an answer is what arrived on a
-    socket, and one that names an example of another queue, or a retired one, must not put
-    it in this queue's prompt or reply. Raises VectorStoreUnavailable for an answer that
-    cannot be read."""
+    role their list holds, admitted by the signature, or, among the prompt's examples of a
+    queue that sends format examples, admitted as one, and marked so): an answer is what
+    arrived on a socket, and one that names an example of another queue, or a retired one,
+    must not put it in this queue's prompt or reply. Raises VectorStoreUnavailable for an
+    answer that cannot be read."""
     try:
         named = {
             name: [(uuid.UUID(pk), float(score)) for pk, score in found[name]]
@@ -341,15 +411,22 @@ def _recall_of_answer(found: dict[str, Any], *, queue: Queue, signature: Signatu
         .items()
         if example.queue_id == queue.pk
         and example.status in (Example.Status.ACTIVE, Example.Status.PINNED)
-        and _admitted(example, signature)
     }
+    formats_allowed = queue.format_examples
 
     def retrieved(name: str) -> list[RetrievedExample]:
-        return [
-            RetrievedExample(example=rows[pk], score=score, rank=rank)
-            for rank, (pk, score) in enumerate(named[name], start=1)
-            if pk in rows and rows[pk].role == _ANSWER_ROLES[name]
-        ]
+        found: list[RetrievedExample] = []
+        for rank, (pk, score) in enumerate(named[name], start=1):
+            row = rows.get(pk)
+            if row is None or row.role != _ANSWER_ROLES[name]:
+                continue
+            if _admitted(row, signature):
+                found.append(RetrievedExample(example=row, score=score, rank=rank))
+            elif name == "examples" and formats_allowed and _as_format(row, signature):
+                found.append(
+                    RetrievedExample(example=row, score=score, rank=rank, format_only=True)
+                )
+        return found
 
     return Recall(
         examples=retrieved("examples"),
@@ -377,18 +454,28 @@ def recall_as_json(recall: Recall) -> dict[str, Any]:
 
 
 def _within_budget(
-    ranked: list[tuple[float, Example]], token_budget: int
+    ranked: list[tuple[float, Example]],
+    token_budget: int,
+    formats: list[tuple[float, Example]] | None = None,
 ) -> list[RetrievedExample]:
+    """The ranked examples, then the format examples, added whole until the next one would
+    exceed the budget."""
     chosen: list[RetrievedExample] = []
     used_tokens = 0
-    for score, example in ranked:
+    queued = [(score, e, False) for score, e in ranked]
+    queued += [(score, e, True) for score, e in formats or []]
+    for score, example, format_only in queued:
         tokens = llm.count_tokens(example.input_text) + llm.count_tokens(
             json.dumps(example.turns) if example.turns else example.output_text
         )
         if used_tokens + tokens > token_budget:
             break
         used_tokens += tokens
-        chosen.append(RetrievedExample(example=example, score=score, rank=len(chosen) + 1))
+        chosen.append(
+            RetrievedExample(
+                example=example, score=score, rank=len(chosen) + 1, format_only=format_only
+            )
+        )
     return chosen
 
 

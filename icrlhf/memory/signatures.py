@@ -4,9 +4,13 @@ An example made with tools may show a call to any of them, so it is offered only
 that offers them all; one made for a JSON schema teaches that schema's shape, so it is offered
 only where the same format is required (and a plain text example never where one is). A
 step that follows a tool result is an agent's next move, not a reply to a person: only other
-agents' steps are offered there."""
+agents' steps are offered there. A tool call of another tool set may still be offered as a
+format example (`admits_as_format`): it shows how a call is written, never which tool to call,
+and a call that names a tool the request did not offer never reaches the caller
+(`foreign_calls`)."""
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +53,18 @@ class Signature:
             self.output_format
         )
 
+    def admits_as_format(self, *, tool_names: list[str], output_format: dict[str, Any]) -> bool:
+        """Whether an example made under that signature may be offered to this request as a
+        format example only: a tool call of another tool set, which shows how a call is
+        written (for a new tool set, or a first call, no example would show it), never which
+        tool to call. Only to a request that offers tools, in the same output format."""
+        return (
+            bool(self.tool_names)
+            and bool(tool_names)
+            and not set(tool_names) <= self.tool_names
+            and _canonical(output_format) == self.output_format
+        )
+
     def as_json(self) -> dict[str, Any]:
         """For a task's arguments (the embedded store's owner retrieves for other processes)."""
         return {
@@ -71,6 +87,15 @@ PLAIN = Signature()
 
 def tool_names(tools: list[dict[str, Any]] | None) -> list[str]:
     return sorted({tool["function"]["name"] for tool in tools or []})
+
+
+def foreign_calls(
+    tool_calls: Sequence[dict[str, Any]], tools: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """The calls that name a tool the request did not offer (a model shown other tool sets'
+    calls may copy one): never returned to the caller."""
+    offered = set(tool_names(tools))
+    return [call for call in tool_calls if call.get("function", {}).get("name") not in offered]
 
 
 def output_format(options: dict[str, Any]) -> dict[str, Any]:

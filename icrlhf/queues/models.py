@@ -64,6 +64,16 @@ class Queue(models.Model):
         "sees what scored low as well as what scored high (in-context RL, 'Reward is "
         "Enough'). The learning benchmark measures it (docs/benchmarks.md).",
     )
+    format_examples = models.BooleanField(
+        "format examples across tool sets",
+        # On: on BFCL it took the 135M model from no tool call at all to calls (docs/benchmarks.md).
+        default=True,
+        help_text="When fewer than k stored steps were made with the tools a request offers, "
+        "the places left go to the nearest stored tool calls of other tool sets, sent as "
+        "examples of how a call is written (their tools are not offered, and a call naming "
+        "a tool the request did not offer is never returned). Helps a model that answers in "
+        "prose where it should call a tool (docs/benchmarks.md, BFCL).",
+    )
     min_similarity = models.FloatField(
         "minimum similarity",
         default=DEFAULT_MIN_SIMILARITY,

@@ -25,10 +25,12 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils import formats, timezone
 
+from icrlhf.memory import repeats
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
 from icrlhf.trajectories.rewards import learnt_reward
+from icrlhf.trajectories.turns import step_turns
 
 PAGE_SIZE = 50
 # The call log's page size (insights.views.CALLS_PER_PAGE: a layer above, so not imported),
@@ -144,6 +146,43 @@ def steps_of(trajectory: Trajectory) -> QuerySet[Step]:
         )
         .order_by("position", "pk")
     )
+
+
+@dataclass(frozen=True)
+class RepeatedCall:
+    """A step that calls a tool again with the same arguments after the run already had that
+    call's result: a loop (memory never teaches one, `memory.repeats`)."""
+
+    name: str  # the function called again
+    # The position of the step that made the call first; None when the call was already in
+    # the conversation the run began with.
+    first_position: int | None
+
+    @property
+    def text(self) -> str:
+        if self.first_position is None:
+            return (
+                f"Repeats a call to {self.name} with the same arguments, already answered in "
+                "the conversation the run began with: a loop."
+            )
+        return (
+            f"Repeats step {self.first_position + 1}'s call to {self.name} with the same "
+            "arguments, whose result the run already had: a loop."
+        )
+
+
+def repeated_calls_of(steps: Sequence[Step]) -> dict[int, RepeatedCall]:
+    """The run's steps (given in order) whose tool call repeats one the run already made and
+    got the result of, by the step's primary key, each with the earliest step that made it."""
+    made_by: dict[int, int] = {}  # each step's position, by its action's index in the turns
+    found: dict[int, RepeatedCall] = {}
+    for turns in step_turns(steps):
+        repeated = repeats.repeated_calls(turns.step.tool_calls, turns.before)
+        if repeated:
+            key, index = min(repeated.items(), key=lambda pair: pair[1])
+            found[turns.step.pk] = RepeatedCall(key.name, made_by.get(index))
+        made_by[len(turns.before)] = turns.step.position
+    return found
 
 
 class Source(StrEnum):

@@ -17,6 +17,7 @@ from icrlhf.trajectories.selectors import (
     PAGE_SIZE,
     approval_report,
     low_reward_captures_of,
+    repeated_calls_of,
     reviewer_key,
     run_summary,
     steps_of,
@@ -55,11 +56,15 @@ def trajectory_detail(request: HttpRequest, slug: str, trajectory_id: uuid.UUID)
         pk=trajectory_id,
         queue=queue,
     )
+    steps = list(steps_of(trajectory))
+    repeated = repeated_calls_of(steps)
     context = {
         "queue": queue,
         "trajectory": trajectory,
         "summary": run_summary(trajectory),
-        "steps": steps_of(trajectory),
+        "steps": steps,
+        # Each step with the earlier call it repeats after its result, if it does (a loop).
+        "timeline": [(step, repeated.get(step.pk)) for step in steps],
         "feedback": trajectory.feedback.order_by("created_at", "pk"),
         "captures": low_reward_captures_of(trajectory),
     }

@@ -217,7 +217,11 @@ def test_a_reviewed_tool_call_reaches_the_next_similar_steps_prompt_as_openai_tu
     its signature: the next similar step gets it as turns; no call lacking its tool does, and
     no call is ever answered with it from memory."""
     queue = QueueFactory(
-        n_candidates=2, memory_candidates=0, capture_percent=100, memory_answer_threshold=0.0
+        n_candidates=2,
+        memory_candidates=0,
+        capture_percent=100,
+        memory_answer_threshold=0.0,
+        format_examples=False,  # a call lacking the step's tool gets no format example either
     )
     client = client_for(gateway_process, queue)
     system = {"role": "system", "content": "You are the shop's order assistant."}
@@ -278,7 +282,7 @@ def test_a_reviewed_tool_call_reaches_the_next_similar_steps_prompt_as_openai_tu
         {
             "role": "tool",
             "tool_call_id": f"example1_{stored_call['id']}",
-            "content": "(result not recorded)",
+            "content": "",
         },
         {"role": "user", "content": similar},
     ]

@@ -118,7 +118,7 @@ def test_a_stored_step_is_sent_as_openai_turns_with_its_ids_made_unique() -> Non
     ]
     assert messages[2]["tool_calls"][0]["id"] == "example1_call_0"
     assert messages[3]["content"] == "shipped"
-    assert messages[7]["content"] == "(result not recorded)"
+    assert messages[7]["content"] == ""
     assert call["id"] == "call_0"  # the stored turns are not changed
 
 
