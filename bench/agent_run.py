@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -59,6 +59,8 @@ class Episode:
     success: bool
     actions: list[tuple[str, str]]
     error: str = ""  # the call that failed, which ended the episode
+    # The gateway's id of each step's call (X-Icrlhf-Call), for feedback on one step.
+    calls: list[str] = field(default_factory=list)
 
     @property
     def steps(self) -> int:
@@ -104,18 +106,21 @@ def tools_episode(
         {"role": "user", "content": task.goal},
     ]
     error = ""
+    call_ids: list[str] = []
     while not desk.done:
         try:
-            answer = client.chat.completions.create(
+            raw = client.chat.completions.with_raw_response.create(
                 model=model,
                 messages=messages,  # type: ignore[arg-type]
                 tools=TOOLS,  # type: ignore[arg-type]
                 max_tokens=max_tokens,
                 extra_headers=_run_header(run_id),
             )
+            answer = raw.parse()
         except Exception as failure:  # the episode fails, as the application's would
             error = str(failure)[:300]
             break
+        call_ids.append(raw.headers.get("X-Icrlhf-Call", ""))
         message = answer.choices[0].message
         calls = list(message.tool_calls or [])[:1]  # one action a step
         if not calls:
@@ -139,7 +144,7 @@ def tools_episode(
             }
         )
         messages.append({"role": "tool", "tool_call_id": call.id, "content": observation})
-    return Episode(success=desk.success, actions=desk.actions, error=error)
+    return Episode(success=desk.success, actions=desk.actions, error=error, calls=call_ids)
 
 
 def text_episode(
@@ -149,23 +154,26 @@ def text_episode(
     the action is the answer's text."""
     desk = Desk(task)
     observation, error = NOTHING_YET, ""
+    call_ids: list[str] = []
     while not desk.done:
         try:
-            answer = client.chat.completions.create(
+            raw = client.chat.completions.with_raw_response.create(
                 model=model,
                 messages=[{"role": "user", "content": text_prompt(task.goal, observation)}],
                 max_tokens=max_tokens,
                 extra_headers=_run_header(run_id),
             )
+            answer = raw.parse()
         except Exception as failure:
             error = str(failure)[:300]
             break
+        call_ids.append(raw.headers.get("X-Icrlhf-Call", ""))
         action = text_action(answer.choices[0].message.content or "")
         if action is None:
             desk.act("reply", answer.choices[0].message.content or "")
             break
         observation = desk.act(*action)
-    return Episode(success=desk.success, actions=desk.actions, error=error)
+    return Episode(success=desk.success, actions=desk.actions, error=error, calls=call_ids)
 
 
 EPISODES: dict[str, Callable[[OpenAI, str, Task, int, str], Episode]] = {
@@ -281,43 +289,93 @@ def retrieval_queries(stored: list[Task], held_out: list[Task]) -> dict[str, dic
     return result
 
 
-# ---------------------------------------------------------------- learning from rewards
+# ---------------------------------------------------------------- learning from feedback
 
 
-def rewarded_episodes(
-    variant: str, client: OpenAI, model: str, tasks_: list[Task], options: dict[str, Any]
+def failing_step(task: Task, actions: list[tuple[str, str]]) -> int | None:
+    """The first step at which the agent left the expert's way (another tool, another order,
+    a reply without the delivery day); None when it never did."""
+    for number, ((name, argument), (tool, right)) in enumerate(
+        zip(actions, expert(task), strict=False)
+    ):
+        if name != tool:
+            return number
+        if tool == "reply" and task.day.lower() not in argument.lower():
+            return number
+        if tool != "reply" and argument != right:
+            return number
+    return len(actions) if len(actions) < len(expert(task)) else None
+
+
+def expert_correction(task: Task, variant: str, number: int) -> dict[str, Any]:
+    """The desk's expert action at step `number`, as the feedback API's corrected_action."""
+    tool, argument = expert(task)[number]
+    if variant == "text":
+        return {"content": f"{tool} {argument}"}
+    return {"tool_calls": [_tool_call(number, tool, argument)]}
+
+
+def _feedback_post(url: str, api_key: str, body: dict[str, Any]) -> None:
+    """POST feedback as an application does. A call is logged once its answer has been sent:
+    the API answers 404 for a moment after, so that is retried."""
+    for _ in range(40):
+        response = httpx.post(
+            url, json=body, headers={"Authorization": f"Bearer {api_key}"}, timeout=60
+        )
+        if response.status_code != 404:
+            break
+        time.sleep(0.25)
+    response.raise_for_status()
+
+
+def own_episodes(
+    arm: str,
+    variant: str,
+    client: OpenAI,
+    model: str,
+    tasks_: list[Task],
+    options: dict[str, Any],
 ) -> dict[str, Any]:
-    """The agent's own episodes on `tasks_`, each rewarded by the desk alone: its success is
-    POSTed as feedback on the run (reward 1 or 0), and the queue's reward rule stores the
-    run's steps as preferred or rejected examples. No person decides anything."""
+    """The agent's own episodes on `tasks_`, told how they went by the desk alone, through the
+    feedback API as an application tells the gateway. `rewarded`: the episode's success on
+    the run (reward 1 or 0), and the queue's reward rule stores the run's steps as preferred
+    or rejected. `corrected`: a success the same way; a failure as a correction on the call
+    where the agent left the expert's way (reward 0, corrected_action: the expert's action
+    there), which stores the expert's action as that step's preferred example and the
+    agent's as its rejected rival. No person decides anything."""
     episode = EPISODES[variant]
     feedback_url = f"{options['web_url']}/api/v1/feedback"
+    api_key = str(client.api_key)
 
-    def attempt(task: Task) -> Episode:
+    def attempt(task: Task) -> tuple[Episode, bool]:
         run_id = f"{variant}-{uuid.uuid4().hex[:12]}"
         lived = episode(client, model, task, options["max_tokens"], run_id)
-        if lived.steps and not lived.error:
+        if not lived.steps or lived.error:
+            return lived, False
+        failed_at = None if lived.success else failing_step(task, lived.actions)
+        if arm == "corrected" and failed_at is not None and failed_at < len(lived.calls):
             body = {
-                "trajectory_id": run_id,
-                "reward": float(lived.success),
-                "success": lived.success,
+                "call_id": lived.calls[failed_at],
+                "reward": 0.0,
+                "corrected_action": expert_correction(task, variant, failed_at),
             }
-            response = httpx.post(
-                feedback_url,
-                json=body,
-                headers={"Authorization": f"Bearer {client.api_key}"},
-                timeout=60,
-            )
-            response.raise_for_status()
-        return lived
+            _feedback_post(feedback_url, api_key, body)
+            return lived, True
+        body = {"trajectory_id": run_id, "reward": float(lived.success), "success": lived.success}
+        _feedback_post(feedback_url, api_key, body)
+        return lived, False
 
     with ThreadPoolExecutor(max_workers=options["concurrency"]) as pool:
-        episodes = list(pool.map(attempt, tasks_))
-    return {
+        done = list(pool.map(attempt, tasks_))
+    episodes = [lived for lived, _ in done]
+    training = {
         "episodes": len(episodes),
         "succeeded": sum(e.success for e in episodes),
         "failed_calls": sum(bool(e.error) for e in episodes),
     }
+    if arm == "corrected":
+        training["corrected"] = sum(corrected for _, corrected in done)
+    return training
 
 
 # ---------------------------------------------------------------- the measurement
@@ -372,36 +430,35 @@ def _queue(slug: str, options: dict[str, Any], **rule: Any) -> tuple[Queue, Open
     return queue, client
 
 
-def _rewarded_curve(
+def _learnt_curve(
+    arm: str,
     sizes: list[int],
     stored: list[Task],
     held_out: list[Task],
     reviewer: User,
     options: dict[str, Any],
 ) -> dict[str, dict[str, Any]]:
-    """Memory grown by rewards instead of reviews: the smallest non-zero size is seeded with
-    reviewed trajectories (a 135M model that never succeeds alone has nothing to learn from:
-    the icrl library seeds too), then every further trajectory is one of the agent's own
-    episodes, rewarded by the desk, on the same training goals the reviewed curve stored."""
-    seeds = min((s for s in sizes if s > 0), default=0)
+    """Memory grown by the application's feedback instead of reviews, on the same training
+    goals the reviewed curve stored (`own_episodes`). `rewarded`: the smallest non-zero size
+    is seeded with reviewed trajectories (a 135M model that never succeeds alone has nothing
+    to learn from a reward: the icrl library seeds too). `corrected`: no seed; a failure's
+    correction teaches from the first episode on."""
+    seeds = min((s for s in sizes if s > 0), default=0) if arm == "rewarded" else 0
     curves: dict[str, dict[str, Any]] = {}
     for variant in options["variants"]:
-        queue, client = _queue(f"agent-{variant}-rewarded", options, reward_threshold=0.5)
+        queue, client = _queue(f"agent-{variant}-{arm}", options, reward_threshold=0.5)
         for task in stored[:seeds]:
             remember(queue, task, variant, reviewer)
         done, curve = seeds, {}
         for size in (s for s in sizes if s >= seeds and s > 0):
-            training = rewarded_episodes(variant, client, queue.slug, stored[done:size], options)
+            training = own_episodes(arm, variant, client, queue.slug, stored[done:size], options)
             done = size
             _indexed([queue])
             row = _run(variant, client, queue.slug, held_out, options)
             row["training"] = training
-            row["preferred_steps"] = Example.objects.filter(
-                queue=queue, role=Example.Role.PREFERRED
-            ).count()
-            row["rejected_steps"] = Example.objects.filter(
-                queue=queue, role=Example.Role.REJECTED
-            ).count()
+            live = Example.objects.filter(queue=queue).exclude(status=Example.Status.RETIRED)
+            row["preferred_steps"] = live.filter(role=Example.Role.PREFERRED).count()
+            row["rejected_steps"] = live.filter(role=Example.Role.REJECTED).count()
             curve[str(size)] = row
         curves[variant] = {"seeded_with": seeds, "curve": curve}
     return curves
@@ -429,11 +486,12 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
             results[variant][str(size)] = _run(
                 variant, clients[variant], queues[variant].slug, held_out, options
             )
-    rewarded = (
-        _rewarded_curve(sizes, stored, held_out, reviewer, options)
-        if "rewarded" in options["learning"]
+    learnt = {
+        arm: _learnt_curve(arm, sizes, stored, held_out, reviewer, options)
+        if arm in options["learning"]
         else {}
-    )
+        for arm in ("rewarded", "corrected")
+    }
     # The same memory, but k stored steps drawn at random in every prompt instead of the
     # nearest (pinned: pinned examples always come first).
     rng = random.Random(options["seed"])
@@ -446,7 +504,8 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         )
     return {
         "variants": results,
-        "rewarded": rewarded,
+        "rewarded": learnt["rewarded"],
+        "corrected": learnt["corrected"],
         "retrieval_queries": retrieval_queries(stored, held_out),
         "held_out": len(held_out),
         "sizes": sizes,

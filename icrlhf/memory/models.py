@@ -29,7 +29,7 @@ class Example(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="examples")
     # Where it was learnt: a reviewer's decision, or an agent's step that the application
-    # rewarded (feedback, through the queue's reward rule).
+    # rewarded or corrected (feedback, through the queue's reward rule).
     decision = models.ForeignKey(
         "review.Decision",
         null=True,
@@ -44,6 +44,16 @@ class Example(models.Model):
         null=True,
         blank=True,
         on_delete=models.RESTRICT,
+        related_name="examples",
+    )
+    # A step's example learnt from an application's correction (feedback with a
+    # corrected_action): the corrected action preferred, the served one rejected. A later
+    # correction of the step replaces these (trajectories/rewards.py, correction_apply).
+    feedback = models.ForeignKey(
+        "trajectories.Feedback",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
         related_name="examples",
     )
     candidate = models.ForeignKey(

@@ -4,7 +4,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from icrlhf.integrations import embeddings, llm, vectors
 from icrlhf.integrations.vectors import VectorStoreUnavailable
@@ -501,19 +501,22 @@ MAX_RIVALS = 2
 def examples_rivals(*, examples: list[Example]) -> dict[uuid.UUID, list[Example]]:
     """Each example's rivals: the other answers its decision stored for the same request (the
     rejected ones, still active), lowest reward first, each text once and none equal to the
-    example's own. An agent's step, learnt from an application's reward, has none."""
+    example's own. A step an application corrected has the action it was served as its rival
+    (the same feedback stored both); one learnt from a reward alone has none."""
     by_decision: dict[int | None, Example] = {
         e.decision_id: e for e in examples if e.decision_id is not None
     }
-    decision_ids = [decision_id for decision_id in by_decision if decision_id is not None]
+    by_feedback: dict[uuid.UUID | None, Example] = {
+        e.feedback_id: e for e in examples if e.feedback_id is not None
+    }
     rivals: dict[uuid.UUID, list[Example]] = {e.pk: [] for e in examples}
     rejected = Example.objects.filter(
-        decision_id__in=decision_ids,
+        Q(decision_id__in=list(by_decision)) | Q(feedback_id__in=list(by_feedback)),
         role=Example.Role.REJECTED,
         status=Example.Status.ACTIVE,
     ).order_by("reward", "created_at", "candidate_id")
     for rival in rejected:
-        example = by_decision[rival.decision_id]
+        example = by_decision.get(rival.decision_id) or by_feedback[rival.feedback_id]
         texts = {example.output_text.strip(), *(r.output_text.strip() for r in rivals[example.pk])}
         if len(rivals[example.pk]) < MAX_RIVALS and rival.output_text.strip() not in texts:
             rivals[example.pk].append(rival)

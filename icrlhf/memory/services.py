@@ -1,6 +1,8 @@
 import logging
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -102,37 +104,88 @@ class RewardedStep:
 def rewarded_steps_record(*, queue_id: int, steps: Sequence[RewardedStep]) -> list[Example]:
     """Store rewarded steps as examples (preferred or rejected, with the application's
     reward) and index them once the feedback commits. A step already stored is left as it
-    is: the first reward that reached memory stands, as a reviewer's decision does."""
+    is: the first reward that reached memory stands, as a reviewer's decision does (and a
+    correction of the step stands over any reward)."""
     stored = set(
         Example.objects.filter(step_id__in=[s.step_id for s in steps]).values_list(
             "step_id", flat=True
         )
     )
     examples = Example.objects.bulk_create(
-        Example(
-            queue_id=queue_id,
-            step_id=step.step_id,
-            input_text=step.input_text,
-            output_text=signatures.action_text(step.action_text, step.tool_calls),
-            reward=step.reward,
-            role=Example.Role.PREFERRED if step.preferred else Example.Role.REJECTED,
-            tool_names=step.tool_names,
-            output_format=step.output_format,
-            # As a decision's: a step made with tools is kept as turns.
-            turns=[
-                *_turns(step.conversation, ExampleDraft(None, step.action_text, step.tool_calls)),
-                *step.results,
-            ]
-            if step.tool_names
-            else [],
-        )
-        for step in steps
-        if step.step_id not in stored
+        _step_example(queue_id, step) for step in steps if step.step_id not in stored
     )
+    _index_on_commit(examples)
+    return examples
+
+
+@dataclass(frozen=True)
+class StepCorrection:
+    """An application's correction of an agent's step (feedback on its call with a
+    corrected_action): the action it says was right, and the one the gateway served."""
+
+    feedback_id: uuid.UUID
+    feedback_at: datetime  # when the correction was posted: a later one replaces it
+    corrected: RewardedStep  # preferred
+    served: RewardedStep  # rejected, with the feedback's reward
+
+
+def step_correction_record(*, queue_id: int, correction: StepCorrection) -> list[Example]:
+    """Store a correction as the step's examples: the corrected action preferred, the served
+    one its rejected rival. What the step taught before (a reward, an earlier correction) is
+    retired with the reason, as a curator's retire is. Once per correction: stored already,
+    or replaced by a later correction of the step, it stores nothing. Must run inside the
+    feedback's (or the approval's) transaction."""
+    step_id = correction.served.step_id
+    # Locked: two corrections of one step at once replace each other in turn (PostgreSQL;
+    # SQLite writes one transaction at a time).
+    earlier = list(Example.objects.select_for_update().filter(step_id=step_id))
+    replaced_later = Example.objects.filter(
+        step_id=step_id, feedback__created_at__gt=correction.feedback_at
+    ).exists()
+    if replaced_later or any(e.feedback_id == correction.feedback_id for e in earlier):
+        return []
+    curation.examples_status_set(
+        ids=[e.pk for e in earlier if e.status != Example.Status.RETIRED],
+        status=Example.Status.RETIRED,
+        actor=None,
+        reason=f"Replaced by the application's correction of the step (feedback "
+        f"{correction.feedback_id}).",
+    )
+    examples = Example.objects.bulk_create(
+        _step_example(queue_id, step, feedback_id=correction.feedback_id)
+        for step in (correction.corrected, correction.served)
+    )
+    _index_on_commit(examples)
+    return examples
+
+
+def _step_example(
+    queue_id: int, step: RewardedStep, *, feedback_id: uuid.UUID | None = None
+) -> Example:
+    return Example(
+        queue_id=queue_id,
+        step_id=step.step_id,
+        feedback_id=feedback_id,
+        input_text=step.input_text,
+        output_text=signatures.action_text(step.action_text, step.tool_calls),
+        reward=step.reward,
+        role=Example.Role.PREFERRED if step.preferred else Example.Role.REJECTED,
+        tool_names=step.tool_names,
+        output_format=step.output_format,
+        # As a decision's: a step made with tools is kept as turns.
+        turns=[
+            *_turns(step.conversation, ExampleDraft(None, step.action_text, step.tool_calls)),
+            *step.results,
+        ]
+        if step.tool_names
+        else [],
+    )
+
+
+def _index_on_commit(examples: Sequence[Example]) -> None:
     example_ids = [str(example.pk) for example in examples]
     if example_ids:
         transaction.on_commit(lambda: index_tasks.examples_index.delay(example_ids), robust=True)
-    return examples
 
 
 def _turns(conversation: Sequence[dict[str, Any]], draft: ExampleDraft) -> list[dict[str, Any]]:

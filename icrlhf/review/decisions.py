@@ -206,7 +206,9 @@ def _memory_teach(decision: Decision) -> None:
     """What a decision teaches the memory: its final answer is preferred (unless none was
     acceptable); every other finished candidate is rejected, including one an edit started
     from. Each candidate is remembered in its kind's form (a triage as its fields), with its
-    rating as its reward where the reviewer gave one."""
+    rating as its reward where the reviewer gave one. For an agent's step captured from the
+    gateway, a reviewer's edit of its tool call is thus the step's preferred action and the
+    served call its rejected rival, as an application's correction is."""
     rewards = {
         int(candidate): memory_services.rating_reward(rating)
         for candidate, rating in decision.ratings.items()
@@ -241,7 +243,9 @@ def _memory_teach(decision: Decision) -> None:
                 candidate_id=candidate.pk,
                 output_text=kind.example_text(text=candidate.text, fields=candidate.fields),
                 tool_calls=candidate.tool_calls,
-                reward=rewards.get(candidate.pk),
+                # Unrated, an answer the application was served keeps the reward it gave it
+                # (a step rewarded below the bar), as its correction through feedback would.
+                reward=rewards.get(candidate.pk, candidate.reward),
             )
             for candidate in rejected
         ]

@@ -16,6 +16,7 @@ from icrlhf.ingest.models import Scope
 from icrlhf.ingest.schemas import ErrorOut
 from icrlhf.integrations.text_checks import refuse_unstorable_text, unstorable_text
 from icrlhf.trajectories.feedback import (
+    CorrectionRefused,
     FeedbackKeyConflict,
     FeedbackTargetMissing,
     feedback_record,
@@ -65,7 +66,10 @@ class FeedbackIn(Schema):
     success: bool | None = Field(None, description="Whether the call or run achieved its goal.")
     comment: str = Field("", max_length=5000)
     corrected_action: ActionIn | None = Field(
-        None, description="What would have been right at that step, as text or tool calls."
+        None,
+        description="What would have been right at that step, as text or tool calls (only "
+        "tools the call offered). On a call, under the queue's reward rule, it becomes the "
+        "step's preferred example and the served action its rejected rival.",
     )
     feedback_id: str = Field(
         "",
@@ -145,6 +149,9 @@ def feedback_post(request: HttpRequest, payload: FeedbackIn) -> Status[object]:
         return Status(404, {"detail": f"{missing} Nothing was saved.", "errors": []})
     except FeedbackKeyConflict as conflict:
         return Status(409, {"detail": f"{conflict} Nothing was saved.", "errors": []})
+    except CorrectionRefused as refused:
+        problem = {"field": refused.field, "message": str(refused)}
+        return Status(422, {"detail": f"{refused} Nothing was saved.", "errors": [problem]})
     feedback = recorded.feedback
     body = FeedbackOut(
         id=feedback.pk,

@@ -13,7 +13,13 @@ from icrlhf.ingest.models import IntegrationToken
 from icrlhf.integrations.redaction import scrub
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
-from icrlhf.trajectories.rewards import learnt_reward, rewards_apply, run_usage_credit
+from icrlhf.trajectories.rewards import (
+    correction_apply,
+    learnt_reward,
+    rewards_apply,
+    run_usage_credit,
+    step_tool_names,
+)
 
 
 class FeedbackTargetMissing(Exception):
@@ -22,6 +28,42 @@ class FeedbackTargetMissing(Exception):
 
 class FeedbackKeyConflict(Exception):
     """The key was used before with another body: which fields differ."""
+
+
+class CorrectionRefused(Exception):
+    """A corrected action that cannot be the step's: `field` names where, the message why."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def _correction_check(step: Step | None, action: dict[str, Any]) -> None:
+    """A correction on a call may call only the tools that call offered (it becomes an
+    example that calls them), with arguments that are a JSON object, as a model's are."""
+    calls = action.get("tool_calls") or []
+    if step is None or not calls:
+        return
+    offered = step_tool_names(step)
+    for number, call in enumerate(calls):
+        where = f"corrected_action.tool_calls.{number}.function"
+        function = call.get("function") or {}
+        name = function.get("name")
+        if name not in offered:
+            tools = ", ".join(offered) if offered else "none"
+            raise CorrectionRefused(
+                f"{where}.name",
+                f"The call offered no tool “{name}” (it offered: {tools}); a correction "
+                "may call only the tools its call offered.",
+            )
+        try:
+            arguments = json.loads(function.get("arguments") or "{}")
+        except (TypeError, ValueError):
+            arguments = None
+        if not isinstance(arguments, dict):
+            raise CorrectionRefused(
+                f"{where}.arguments", "The arguments must be a JSON object, as a call's are."
+            )
 
 
 @dataclass(frozen=True)
@@ -45,7 +87,7 @@ def _target(
         runs = runs.filter(token=token)
     if call_id is not None:
         step = (
-            Step.objects.select_related("trajectory")
+            Step.objects.select_related("trajectory", "call")
             .filter(call_id=call_id, trajectory__in=runs)
             .first()
         )
@@ -118,7 +160,9 @@ def feedback_record(
     key: str = "",
 ) -> FeedbackRecorded:
     """Record the feedback and put its reward where it belongs: on the step (feedback on a
-    call) or on the trajectory, whose outcome `success` sets.
+    call) or on the trajectory, whose outcome `success` sets. A `corrected_action` on a call
+    teaches memory the step's right action (rewards.correction_apply); it may call only the
+    tools the call offered (else CorrectionRefused, and nothing is saved).
 
     Keys are the token's own, as a payment API's idempotency keys are: the same key with
     the same body returns the first record and changes nothing; with another body it raises
@@ -126,6 +170,7 @@ def feedback_record(
     trajectory, step = _target(
         queue=queue, token=token, call_id=call_id, trajectory_ref=trajectory_ref
     )
+    _correction_check(step, corrected_action or {})
     # Stored as the call log keeps end users' words (the comment may quote them).
     comment = scrub(comment, into="log")
     corrected = scrub(corrected_action or {}, into="log")
@@ -200,5 +245,8 @@ def _feedback_create(
         return feedback
     if step is None:
         run_usage_credit(queue=queue, trajectory=trajectory, reward=learnt)
-    rewards_apply(queue=queue, trajectory=trajectory, reward=learnt, step=step)
+    if step is not None and body.corrected:
+        correction_apply(queue=queue, feedback=feedback)
+    else:
+        rewards_apply(queue=queue, trajectory=trajectory, reward=learnt, step=step)
     return feedback

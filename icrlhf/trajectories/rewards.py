@@ -2,18 +2,25 @@
 threshold and rejected below it (the icrl library stores only verified successes; a reward
 below the bar teaches what not to do)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from icrlhf.integrations.redaction import scrub
 from icrlhf.memory import signatures
 from icrlhf.memory.curation import examples_credit
 from icrlhf.memory.models import Example
-from icrlhf.memory.services import RewardedStep, rewarded_steps_record
+from icrlhf.memory.services import (
+    PREFERRED_REWARD,
+    RewardedStep,
+    StepCorrection,
+    rewarded_steps_record,
+    step_correction_record,
+)
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
 from icrlhf.trajectories.turns import step_turns
@@ -113,9 +120,15 @@ def rewards_approval_decide(
             )
             if run_reward is not None:
                 run_usage_credit(queue=queue, trajectory=trajectory, reward=run_reward)
+            # Corrections first, the latest of each step (a later one replaces an earlier):
+            # a corrected step keeps its correction over any reward, as it does unapproved.
+            corrections = [each for each in feedback if _corrects_a_step(each)]
+            latest = {each.step_id: each for each in reversed(corrections)}
+            for each in latest.values():
+                stored += correction_apply(queue=queue, feedback=each)
             for each in feedback:
                 learnt = learnt_reward(reward=each.reward, success=each.success)
-                if learnt is not None:
+                if learnt is not None and not _corrects_a_step(each):
                     stored += rewards_apply(
                         queue=queue, trajectory=trajectory, reward=learnt, step=each.step
                     )
@@ -127,10 +140,11 @@ def rewards_approval_decide(
     return stored
 
 
-def _tool_names(step: Step, trajectory: Trajectory) -> list[str]:
-    """The tools this step's call offered (a run may change them between calls)."""
+def step_tool_names(step: Step) -> list[str]:
+    """The tools this step's call offered (a run may change them between calls; the run's
+    once retention removed the call)."""
     if step.call is None:
-        return [str(name) for name in trajectory.tool_names]
+        return [str(name) for name in step.trajectory.tool_names]
     return signatures.tool_names(step.call.options.get("tools"))
 
 
@@ -146,31 +160,107 @@ def rewards_apply(
     if queue.reward_threshold is None:
         return []
     preferred = reward >= queue.reward_threshold
-    # Locked: two feedbacks on one run at once store its steps once (PostgreSQL; SQLite
-    # writes one transaction at a time).
-    steps = (
-        trajectory.steps.select_for_update(of=("self",))
-        .select_related("call")
-        .order_by("position", "pk")
-    )
-    # What memory keeps is redacted, as a reviewed capture is: the texts, the tool calls'
-    # arguments and the tool results (REDACTION: off keeps all).
     rewarded = [
-        RewardedStep(
-            step_id=turns.step.pk,
-            input_text=scrub(turns.step.decision_point, into="review"),
-            action_text=scrub(turns.step.action_text, into="review"),
-            tool_calls=scrub(turns.step.tool_calls, into="review"),
-            conversation=turns.before,
-            tool_names=_tool_names(turns.step, trajectory),
-            output_format=signatures.output_format(
-                turns.step.call.options if turns.step.call is not None else {}
-            ),
+        _rewarded_step(
+            turns.step,
+            before=turns.before,
+            results=turns.results,
             reward=reward,
             preferred=preferred,
-            results=turns.results,
         )
-        for turns in step_turns(steps, _for_memory)
+        for turns in step_turns(_locked_steps(trajectory), _for_memory)
         if step is None or turns.step.pk == step.pk
     ]
     return rewarded_steps_record(queue_id=queue.pk, steps=rewarded)
+
+
+def _locked_steps(trajectory: Trajectory) -> QuerySet[Step]:
+    """The run's steps in order, locked: two feedbacks on one run at once store its steps
+    once (PostgreSQL; SQLite writes one transaction at a time)."""
+    return (
+        trajectory.steps.select_for_update(of=("self",))
+        .select_related("call", "trajectory")
+        .order_by("position", "pk")
+    )
+
+
+def _rewarded_step(
+    step: Step,
+    *,
+    before: list[dict[str, Any]],
+    results: list[dict[str, Any]],
+    reward: float,
+    preferred: bool,
+) -> RewardedStep:
+    """The step as memory keeps it (its turns from `step_turns`: the conversation `before`
+    it, the tool `results` its calls got), redacted as a reviewed capture is: the texts, the
+    tool calls' arguments and the tool results (REDACTION: off keeps all)."""
+    return RewardedStep(
+        step_id=step.pk,
+        input_text=scrub(step.decision_point, into="review"),
+        action_text=scrub(step.action_text, into="review"),
+        tool_calls=scrub(step.tool_calls, into="review"),
+        conversation=before,
+        tool_names=step_tool_names(step),
+        output_format=signatures.output_format(step.call.options if step.call is not None else {}),
+        reward=reward,
+        preferred=preferred,
+        results=results,
+    )
+
+
+def _corrects_a_step(feedback: Feedback) -> bool:
+    return feedback.step_id is not None and bool(feedback.corrected_action)
+
+
+def corrected_calls(action: dict[str, Any]) -> list[dict[str, Any]]:
+    """A correction's tool calls as a step keeps them (an id each: the API leaves it
+    optional)."""
+    return [
+        {
+            "id": call.get("id") or f"call_correction_{number}",
+            "type": "function",
+            "function": {
+                "name": call["function"]["name"],
+                "arguments": call["function"].get("arguments") or "{}",
+            },
+        }
+        for number, call in enumerate(action.get("tool_calls") or [])
+    ]
+
+
+def correction_apply(*, queue: Queue, feedback: Feedback) -> list[Example]:
+    """An application's correction of a step, under the queue's reward rule (none: nothing):
+    the corrected action becomes the step's preferred example (the turns before the step,
+    then the corrected action, with the step's tools) and the action the gateway served its
+    rejected rival, with the feedback's reward. Both are redacted as rewarded steps are. A
+    later correction of the step replaces this one; the same one again stores nothing."""
+    learnt = learnt_reward(reward=feedback.reward, success=feedback.success)
+    if queue.reward_threshold is None or learnt is None or not _corrects_a_step(feedback):
+        return []
+    turns = next(
+        each
+        for each in step_turns(_locked_steps(feedback.trajectory), _for_memory)
+        if each.step.pk == feedback.step_id
+    )
+    served = _rewarded_step(
+        turns.step, before=turns.before, results=turns.results, reward=learnt, preferred=False
+    )
+    action = scrub(feedback.corrected_action, into="review")
+    corrected = replace(
+        served,
+        action_text=str(action.get("content") or ""),
+        tool_calls=corrected_calls(action),
+        reward=PREFERRED_REWARD,
+        preferred=True,
+        results=[],  # what the corrected calls would have returned is not known
+    )
+    return step_correction_record(
+        queue_id=queue.pk,
+        correction=StepCorrection(
+            feedback_id=feedback.pk,
+            feedback_at=feedback.created_at,
+            corrected=corrected,
+            served=served,
+        ),
+    )

@@ -374,7 +374,7 @@ class RunSummary:
             return ""
         text = f"{_steps(self.stored_steps)} ({_stored_text(self.stored)}"
         if self.retired:
-            text += f"; {self.retired} since retired by a curator"
+            text += f"; {self.retired} since retired (by a curator, or replaced by a correction)"
         return text + ")"
 
     def _first_reward_stands(self) -> str:

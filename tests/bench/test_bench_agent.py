@@ -1,7 +1,8 @@
 """The agent benchmark, small: the real gateway process and worker, the desk's expert
-trajectories stored through the review flow, and the fixed-answer endpoint as the model (it
-calls the first tool offered with the question, then answers the tool's result in text, so
-its agent never resolves a goal: whatever the figures are, they are the desk's own checks)."""
+trajectories stored through the review flow, the agent's own episodes rewarded and corrected
+through the feedback API, and the fixed-answer endpoint as the model (it calls the first tool
+offered with the question, then answers the tool's result in text, so its agent never
+resolves a goal: whatever the figures are, they are the desk's own checks)."""
 
 import io
 import json
@@ -109,6 +110,30 @@ def test_the_benchmark_runs_small_and_prints_its_figures(recording_llm: Recordin
         assert grown["rejected_steps"] > 0
         assert grown["preferred_steps"] == seeded["preferred_steps"] > 0
         assert grown["episodes"] == 3 and grown["failed_calls"] == 0
+    # Memory from corrections, with no seed: every training episode failed at its first step
+    # (a lookup of the question, not the order), and its correction through the feedback API
+    # stored the desk's expert action there as preferred and the agent's as rejected.
+    for variant in ("tools", "text"):
+        corrected = result["corrected"][variant]
+        assert corrected["seeded_with"] == 0 and set(corrected["curve"]) == {"2", "3"}
+        first, grown = corrected["curve"]["2"], corrected["curve"]["3"]
+        assert first["training"] == {
+            "episodes": 2,
+            "succeeded": 0,
+            "failed_calls": 0,
+            "corrected": 2,
+        }
+        assert grown["training"] == {
+            "episodes": 1,
+            "succeeded": 0,
+            "failed_calls": 0,
+            "corrected": 1,
+        }
+        assert first["preferred_steps"] == first["rejected_steps"] == 2
+        assert grown["preferred_steps"] == grown["rejected_steps"] == 3
+        for row in (first, grown):
+            assert row["episodes"] == 3 and row["failed_calls"] == 0, row["first_error"]
+            assert row["success_ci95"][0] == 0 < row["success_ci95"][1] < 1
     queries = result["retrieval_queries"]
     assert set(queries) == {
         "last_user_message",

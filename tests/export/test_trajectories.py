@@ -58,6 +58,15 @@ REFUND_TOOL = {
         },
     },
 }
+ESCALATE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "escalate",
+        "description": "Hand the order to a person.",
+        "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+    },
+}
+TOOLS = [LOOKUP_TOOL, REFUND_TOOL, ESCALATE_TOOL]
 SYSTEM = {"role": "system", "content": "You are the support desk."}
 
 
@@ -99,7 +108,7 @@ def agent_run(queue: Queue, order: str, *, success: bool | None = True) -> Traje
             memory="empty",
             request_text=str(messages[-1]["content"] or ""),
             context=[SYSTEM, *messages],
-            options={"tools": [LOOKUP_TOOL, REFUND_TOOL]},
+            options={"tools": TOOLS},
             answer_text=text,
             tool_calls=calls,
         )
@@ -131,7 +140,7 @@ def test_the_canonical_record_is_the_whole_run_with_its_rewards_and_feedback() -
     assert record["trajectory_id"] == str(run.pk) and record["key"] == "run-4821"
     assert (record["outcome"], record["reward"]) == ("succeeded", 1.0)
     assert record["goal"] == "Order 4821 arrived broken."
-    assert record["system"] == [SYSTEM] and record["tools"] == [LOOKUP_TOOL, REFUND_TOOL]
+    assert record["system"] == [SYSTEM] and record["tools"] == TOOLS
     steps = record["steps"]
     assert [s["position"] for s in steps] == [0, 1, 2]
     assert steps[0]["action"]["tool_calls"][0]["function"]["name"] == "lookup_order"
@@ -346,7 +355,7 @@ def personal_run(queue: Queue) -> PersonalRun:
             memory="empty",
             request_text=str(messages[-1]["content"] or ""),
             context=[system, *messages],
-            options={"tools": [LOOKUP_TOOL, REFUND_TOOL], "user": end_user},
+            options={"tools": TOOLS, "user": end_user},
             answer_text=text,
             tool_calls=calls,
         )

@@ -1,6 +1,7 @@
 """A reviewer edits a tool call as fields checked against the tool's JSON schema: the tool is
 one the call offered, each argument typed as its schema says; a bad value is refused with a
-message naming the field and nothing is saved; the edit is a step example with its calls."""
+message naming the field and nothing is saved; the edit is a step example with its calls
+(for an agent's captured step, its preferred action, the served call its rejected rival)."""
 
 import json
 from typing import Any
@@ -9,12 +10,15 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.test import Client
 
+from icrlhf.gateway.capture import call_capture
+from icrlhf.gateway.models import Call
 from icrlhf.generation.models import Candidate
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.models import Decision
 from icrlhf.review.tool_edits import argument_fields, tool_calls_edited
-from tests.factories import GenerationFactory, ItemFactory
+from icrlhf.trajectories.models import Step
+from tests.factories import GenerationFactory, ItemFactory, agent_step
 
 pytestmark = pytest.mark.django_db
 
@@ -222,3 +226,48 @@ def test_an_item_whose_tool_schema_is_unusable_still_opens_without_the_editor(
     # Picked as it is (the fields were never there), it is a pick.
     logged_in.post(f"/items/{item.pk}/decide/", {"choice": f"c{candidate.pk}"})
     assert Decision.objects.get().verdict == "chosen"
+
+
+def test_an_agent_steps_edited_call_is_preferred_and_the_served_call_its_rejected_rival(
+    logged_in: Client, queue: Any
+) -> None:
+    """An agent's step the application rewarded below the bar, captured from the gateway as it
+    was: the reviewer's edit of its call is the step's preferred example, and the call the
+    application was served its rejected rival with the application's reward, as a correction
+    posted to the feedback API is."""
+    goal = {"role": "user", "content": "Order 4821 never arrived."}
+    call = Call.objects.create(
+        queue=queue,
+        source="model",
+        memory="used",
+        request_text=goal["content"],
+        context=[goal],
+        options=OPTIONS,
+        tool_calls=[CALL],
+        capture=Call.Capture.LOW_REWARD,
+        request_hash="c" * 64,
+    )
+    step = agent_step(
+        queue, [goal], tool_calls=[CALL], tool_names=["escalate", "refund"], call_id=call.pk
+    ).step
+    Step.objects.filter(pk=step.pk).update(reward=0.2)
+    item = call_capture(call_id=call.pk)
+    assert item is not None
+    served = Candidate.objects.get(generation__item=item, served=True)
+
+    # Ready, as the worker leaves it once the other candidates are written (none here).
+    Item.objects.filter(pk=item.pk).update(status=Item.Status.READY)
+
+    form = _fields(served.pk, tool="escalate", order_id="4821")
+    logged_in.post(f"/items/{item.pk}/decide/", {"choice": f"c{served.pk}", **form})
+    decision = Decision.objects.get()
+    preferred = Example.objects.get(decision=decision, role="preferred")
+    rejected = Example.objects.get(decision=decision, role="rejected")
+    assert (decision.verdict, preferred.reward, rejected.reward) == ("edited", 1.0, 0.2)
+    assert preferred.tool_names == rejected.tool_names == ["escalate", "refund"]
+    assert preferred.turns == [
+        goal,
+        {"role": "assistant", "content": None, "tool_calls": decision.final_tool_calls},
+    ]
+    assert preferred.output_text == 'escalate({"order_id": "4821"})'
+    assert rejected.turns[-1]["tool_calls"] == [CALL] and rejected.candidate_id == served.pk

@@ -62,8 +62,14 @@ def test_feedback_on_a_call_rewards_its_step_with_the_right_action() -> None:
     record, token = token_create(queue=queue, name="agent")
     step = _step(queue, token=record)
     call_id = uuid.uuid4()  # the id the gateway answered with (X-Icrlhf-Call)
+    refund = {"type": "function", "function": {"name": "refund", "parameters": {}}}
     call = Call.objects.create(
-        id=call_id, queue=queue, source="model", memory="used", request_text="Where?"
+        id=call_id,
+        queue=queue,
+        source="model",
+        memory="used",
+        request_text="Where?",
+        options={"tools": [refund]},  # a correction may call only the tools offered
     )
     Step.objects.filter(pk=step.pk).update(call=call)
     corrected = {

@@ -19,6 +19,13 @@ each further trajectory is one of the agent's own episodes on the same training 
 desk's own success is POSTed to the feedback API (reward 1 or 0) and the queue's reward rule
 stores the run's steps as preferred or rejected. No person decides anything.
 
+With `--learning corrected` (by default too; issue 48, item 2), a third memory grows from
+corrections, with no seed and no reviewer: the agent's own episodes on the same training
+goals; a success is POSTed as the rewarded memory's are, a failure as a correction on the
+call where the agent left the expert's way (reward 0, `corrected_action`: the desk's expert
+action there), which stores the expert's action as that step's preferred example and the
+agent's as its rejected rival.
+
 It also measures the retrieval query (issue 28, item 4): for the held-out expert steps, how
 often the nearest stored step took the same action, with the stored steps keyed and
 searched by the last user message, by the goal and latest observation, or by the whole
@@ -26,11 +33,9 @@ conversation."""
 
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import CommandParser
 
-from bench.world import WorldCommand, world
-from icrlhf.ops.stack import Stack, free_port
+from bench.world import WorldCommand, add_llm_options, llm_endpoint, world
 
 
 class Command(WorldCommand):
@@ -42,9 +47,11 @@ class Command(WorldCommand):
         parser.add_argument("--variants", default="tools,text", help="tools, text or both.")
         parser.add_argument(
             "--learning",
-            default="reviewed,rewarded",
+            default="reviewed,rewarded,corrected",
             help="How memory grows: reviewed (expert runs a reviewer picked), rewarded (the "
-            "agent's own runs, rewarded by the desk through the feedback API), or both.",
+            "agent's own runs, rewarded by the desk through the feedback API), corrected (the "
+            "agent's own failures, corrected by the desk's expert action through the feedback "
+            "API), or several.",
         )
         parser.add_argument("--k", type=int, default=3, help="Examples in each prompt.")
         parser.add_argument(
@@ -57,7 +64,7 @@ class Command(WorldCommand):
         parser.add_argument("--temperature", type=float, default=0.0)
         parser.add_argument("--concurrency", type=int, default=4, help="Episodes at once.")
         parser.add_argument("--seed", type=int, default=5)
-        parser.add_argument("--llm-api-base", default="", help="Default: start the local LLM.")
+        add_llm_options(parser)
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
         import time
@@ -65,20 +72,12 @@ class Command(WorldCommand):
         options["variants"] = [v for v in options["variants"].split(",") if v]
         options["learning"] = [v for v in options["learning"].split(",") if v]
         started = time.monotonic()
-        llm = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
-        try:
-            api_base = options["llm_api_base"]
-            if not api_base:
-                api_base = f"http://127.0.0.1:{free_port()}/v1"
-                llm.start_local_llm(api_base, settings.LOCAL_LLM_MODEL_PATH, alias="smollm2")
-            with world("bench-agent", LLM_API_BASE=api_base, LLM_MODEL="openai/smollm2") as here:
-                here.worker(concurrency=2)
-                _, options["gateway_url"] = here.gateway()
-                if "rewarded" in options["learning"]:  # feedback is posted to the web app
-                    _, options["web_url"] = here.web(workers=1)
-                result = dict(here.inside("bench_agent", options))
-        finally:
-            llm.stop()
+        with llm_endpoint(options) as llm, world("bench-agent", **llm) as here:
+            here.worker(concurrency=2)
+            _, options["gateway_url"] = here.gateway()
+            if {"rewarded", "corrected"} & set(options["learning"]):  # feedback: the web app
+                _, options["web_url"] = here.web(workers=1)
+            result = dict(here.inside("bench_agent", options))
         result["minutes"] = round((time.monotonic() - started) / 60, 1)
         return result
 
@@ -104,21 +103,28 @@ class Command(WorldCommand):
                     f"steps per success {row['steps_per_success']}, "
                     f"failed calls {row['failed_calls']}"
                 )
-        for variant, rewarded in result["rewarded"].items():
-            self.stdout.write(
-                f"\n{variant}, memory from rewards alone (seeded with "
-                f"{rewarded['seeded_with']} reviewed runs, then the agent's own episodes, "
-                "rewarded by the desk):"
-            )
-            for size, row in rewarded["curve"].items():
-                low, high = row["success_ci95"]
-                training = row["training"]
+        told = {
+            "rewarded": "rewarded by the desk",
+            "corrected": "failures corrected by the desk's expert action",
+        }
+        for arm, how in told.items():
+            for variant, learnt in result[arm].items():
                 self.stdout.write(
-                    f"  {size:>3} trajectories: success {row['success_rate']:.0%} "
-                    f"[{low:.0%}–{high:.0%}]; own episodes {training['episodes']}, "
-                    f"{training['succeeded']} succeeded; steps stored preferred "
-                    f"{row['preferred_steps']}, rejected {row['rejected_steps']}"
+                    f"\n{variant}, memory from the agent's own episodes, {how} (seeded with "
+                    f"{learnt['seeded_with']} reviewed runs):"
                 )
+                for size, row in learnt["curve"].items():
+                    low, high = row["success_ci95"]
+                    training = row["training"]
+                    corrected = (
+                        f", {training['corrected']} corrected" if "corrected" in training else ""
+                    )
+                    self.stdout.write(
+                        f"  {size:>3} trajectories: success {row['success_rate']:.0%} "
+                        f"[{low:.0%}–{high:.0%}]; own episodes {training['episodes']}, "
+                        f"{training['succeeded']} succeeded{corrected}; steps stored "
+                        f"preferred {row['preferred_steps']}, rejected {row['rejected_steps']}"
+                    )
         self.stdout.write("\nRetrieval query (held-out expert steps, nearest stored step):")
         for how, row in result["retrieval_queries"].items():
             self.stdout.write(
