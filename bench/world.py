@@ -200,10 +200,12 @@ def add_llm_options(parser: CommandParser) -> None:
 
 
 @contextmanager
-def llm_endpoint(options: Mapping[str, Any], *, slots: int = 4) -> Iterator[dict[str, str]]:
+def llm_endpoint(
+    options: Mapping[str, Any], *, slots: int = 4, threads: int | None = None
+) -> Iterator[dict[str, str]]:
     """The settings (LLM_API_BASE, LLM_MODEL) of the LLM a benchmark asks: the endpoint
-    `--llm-api-base` names, else the local LLM, started here (with `slots` requests at once)
-    and stopped when the block ends."""
+    `--llm-api-base` names, else the local LLM, started here (with `slots` requests at once,
+    on `threads` threads, default the product's) and stopped when the block ends."""
     api_base = options.get("llm_api_base") or ""
     model = options.get("llm_model") or LOCAL_LLM_MODEL
     local = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
@@ -215,6 +217,7 @@ def llm_endpoint(options: Mapping[str, Any], *, slots: int = 4) -> Iterator[dict
                 settings.LOCAL_LLM_MODEL_PATH,
                 alias=LOCAL_LLM_MODEL.removeprefix("openai/"),
                 slots=slots,
+                threads=threads,
             )
         yield {"LLM_API_BASE": api_base, "LLM_MODEL": model}
     finally:

@@ -20,12 +20,10 @@ dependencies, torch among them, are not needed: only its data files are read).""
 import time
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
 from bench.bfcl import CATEGORIES
-from bench.world import LOCAL_LLM_MODEL, WorldCommand, add_llm_options, world
-from icrlhf.ops.stack import Stack, free_port
+from bench.world import WorldCommand, add_llm_options, llm_endpoint, world
 
 
 class Command(WorldCommand):
@@ -74,32 +72,18 @@ class Command(WorldCommand):
             import bfcl_eval  # noqa: F401 (its data files only)
         except ImportError as missing:
             raise CommandError(
-                "BFCL's data is not installed: .venv/bin/pip install --no-deps bfcl-eval==2026.3.23"
+                "BFCL's data is not installed: run `make install-test` (it installs bfcl-eval)."
             ) from missing
         started = time.monotonic()
-        local = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
-        try:
-            api_base = options["llm_api_base"]
-            if not api_base:
-                api_base = f"http://127.0.0.1:{free_port()}/v1"
-                local.start_local_llm(
-                    api_base,
-                    settings.LOCAL_LLM_MODEL_PATH,
-                    alias=LOCAL_LLM_MODEL.removeprefix("openai/"),
-                    slots=options["concurrency"],
-                    threads=options["llm_threads"] or None,
-                )
-            env = {
-                "LLM_API_BASE": api_base,
-                "LLM_MODEL": options["llm_model"] or LOCAL_LLM_MODEL,
-                "LLM_TIMEOUT_S": str(options["llm_timeout"]),
-            }
-            with world("bench-bfcl", **env) as here:
-                here.worker(concurrency=2)
-                _, options["gateway_url"] = here.gateway()
-                result = dict(here.inside("bench_bfcl", options))
-        finally:
-            local.stop()
+        with (
+            llm_endpoint(
+                options, slots=options["concurrency"], threads=options["llm_threads"] or None
+            ) as llm,
+            world("bench-bfcl", **llm, LLM_TIMEOUT_S=str(options["llm_timeout"])) as here,
+        ):
+            here.worker(concurrency=2)
+            _, options["gateway_url"] = here.gateway()
+            result = dict(here.inside("bench_bfcl", options))
         result["minutes"] = round((time.monotonic() - started) / 60, 1)
         return result
 
