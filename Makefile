@@ -30,6 +30,8 @@ help:
 	@echo "make lint   - ruff, mypy and the import layers (import-linter)"
 	@echo "make loadgen - hey and LiteLLM's proxy, for the gateway benchmark (make test and make bench"
 	@echo "              install them)"
+	@echo "make java   - Debian's headless Java, for the ScienceWorld benchmark (make test and make bench"
+	@echo "              install it)"
 
 $(BIN)/python:
 	@test -n "$(PYTHON)" || { echo "Python 3.12 or newer is required (set PYTHON=...)"; exit 1; }
