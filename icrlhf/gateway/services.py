@@ -142,7 +142,9 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
         )
         memory = Call.Memory.UNAVAILABLE
     else:
-        memory = Call.Memory.USED if recall.examples or recall.neighbours else Call.Memory.EMPTY
+        # Format examples alone (other tool sets' calls) say nothing of this request.
+        own = any(not r.format_only for r in recall.examples) or recall.neighbours
+        memory = Call.Memory.USED if own else Call.Memory.EMPTY
     # Coverage counts what this request's own tools were used for: a format example, of
     # another tool set, teaches the form of a call and says nothing of this request.
     top_score = max(
@@ -274,7 +276,11 @@ def call_record(
         answer_text=kept_answer,
         tool_calls=kept_tool_calls,
         options=plan.options,
-        examples=[{"id": str(r.example.pk), "score": round(r.score, 4)} for r in plan.examples],
+        examples=[
+            {"id": str(r.example.pk), "score": round(r.score, 4)}
+            | ({"format": True} if r.format_only else {})
+            for r in plan.examples
+        ],
         top_score=plan.top_score,
         model=model or plan.model or Call.Source.MEMORY,
         retrieval_ms=round(plan.retrieval_ms),

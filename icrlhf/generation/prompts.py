@@ -243,7 +243,9 @@ def messages_build(
         system_parts.append(STEPS_PREAMBLE if all(e.turns for e in as_turns) else EXAMPLES_PREAMBLE)
         if any(e.reward is not None for e in as_turns):
             rewards = "; ".join(
-                f"run {number}: {e.reward or 0.0:.2f}" for number, e in enumerate(as_turns, 1)
+                f"run {number}: {e.reward or 0.0:.2f}"
+                # Numbered as they come in the conversation, after the format examples.
+                for number, e in enumerate(as_turns, len(formats) + 1)
             )
             system_parts.append(f"The rewards those steps earned, higher is better: {rewards}.")
     if attempts:
@@ -269,7 +271,7 @@ def _step_turns(turns: Sequence[dict[str, Any]], *, prefix: str) -> list[dict[st
     example and the caller, may both have a `call_0`), and every tool call answered: OpenAI
     refuses an assistant's tool calls that no tool message follows. A call whose result the
     step did not store (always its own action's, unless a later step recorded it) is answered
-    with nothing (`_placeholders`): the example ends at its action."""
+    with an empty tool message (`_placeholders`): no words a model could copy."""
     sent: list[dict[str, Any]] = []
     unanswered: list[str] = []
     for turn in turns:

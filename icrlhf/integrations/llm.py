@@ -195,7 +195,8 @@ def endpoint_named(api_base: str, model: str) -> str:
 
 def context_window(model: str, api_base: str = "") -> int | None:
     """How many tokens `model` at `api_base` (empty: the install's LLM_API_BASE) takes, its
-    prompt and its answer together: the endpoint's setting (LLM_CONTEXT_WINDOW, or the
+    prompt and its answer together (litellm's figure is the prompt's limit alone: the fit
+    is then the more cautious): the endpoint's setting (LLM_CONTEXT_WINDOW, or the
     `context_window` of its LLM_ENDPOINTS entry), else what its server reports, else what
     litellm knows of the model; None when none of them says. Cheap after a process's first
     call for an endpoint: the gateway asks for every call."""
@@ -211,18 +212,23 @@ _WINDOW_ASK_TIMEOUT_S = 2.0
 # A server that did not say is asked again after this long: it may have been starting (a
 # process that asked then would otherwise never fit its prompts).
 _WINDOW_ASK_AGAIN_S = 60.0
-# By base URL: (the window the server reported, or None; when it was asked).
+# By base URL: (the window the server reported, or None; when it was asked), and the lock
+# held while that server is asked.
 _reported_windows: dict[str, tuple[int | None, float]] = {}
-_reported_windows_lock = threading.Lock()
+_asking_locks: dict[str, threading.Lock] = {}
+_asking_locks_lock = threading.Lock()
 
 
 def _server_window(api_base: str) -> int | None:
-    """The context window the server at `api_base` reports, asked once per process (held
-    while asked: the calls that wait meanwhile take its answer instead of asking again)."""
+    """The context window the server at `api_base` reports, asked once per process. Calls
+    to that server wait while it is asked (up to 2 s) and take its answer; calls to other
+    endpoints never wait for it."""
     if not api_base:
         return None  # a provider's own endpoint, whose models litellm knows
     base = api_base.rstrip("/")
-    with _reported_windows_lock:
+    with _asking_locks_lock:
+        asking = _asking_locks.setdefault(base, threading.Lock())
+    with asking:
         window, asked_at = _reported_windows.get(base, (None, -_WINDOW_ASK_AGAIN_S))
         if window is None and time.monotonic() - asked_at >= _WINDOW_ASK_AGAIN_S:
             window = _server_window_asked(base)

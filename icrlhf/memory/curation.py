@@ -150,7 +150,9 @@ def examples_usage_record(
     """Credit (or, on undo, debit) the examples a decided generation was prompted with:
     retrieved once more, accepted if the reviewer took a candidate as it was."""
     example_ids = list(
-        Retrieval.objects.filter(generation_id=generation_id).values_list("example_id", flat=True)
+        Retrieval.objects.filter(generation_id=generation_id, format_only=False).values_list(
+            "example_id", flat=True
+        )
     )
     examples_credit(example_ids=example_ids, used_at=generated_at, accepted=accepted, undo=undo)
 

@@ -129,6 +129,8 @@ class Retrieval(models.Model):
     example = models.ForeignKey(Example, on_delete=models.CASCADE, related_name="retrievals")
     score = models.FloatField()
     rank = models.PositiveSmallIntegerField()
+    # A format example (another tool set's call, showing the form of one): never credited.
+    format_only = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["rank"]

@@ -184,7 +184,10 @@ def _admitted(example: Example, signature: Signature) -> bool:
 
 
 def _as_format(example: Example, signature: Signature) -> bool:
-    return signature.admits_as_format(
+    """A format example shows a call: a step made under tools that answered in words would
+    teach, under the format note, the prose the option is there to stop."""
+    action = example.turns[-1] if example.turns else {}
+    return bool(action.get("tool_calls")) and signature.admits_as_format(
         tool_names=example.tool_names, output_format=example.output_format
     )
 

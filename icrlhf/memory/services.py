@@ -132,8 +132,9 @@ class StepCorrection:
 def step_correction_record(*, queue_id: int, correction: StepCorrection) -> list[Example]:
     """Store a correction as the step's examples: the corrected action preferred, the served
     one its rejected rival. What the step taught before (a reward, an earlier correction) is
-    retired with the reason, as a curator's retire is. Once per correction: stored already,
-    or replaced by a later correction of the step, it stores nothing. Must run inside the
+    retired with the reason, as a curator's retire is; one a curator pinned keeps its pin.
+    Once per correction: stored already, or replaced by a later correction of the step, it
+    stores nothing. Must run inside the
     feedback's (or the approval's) transaction."""
     step_id = correction.served.step_id
     # Locked: two corrections of one step at once replace each other in turn (PostgreSQL;
@@ -145,7 +146,8 @@ def step_correction_record(*, queue_id: int, correction: StepCorrection) -> list
     if replaced_later or any(e.feedback_id == correction.feedback_id for e in earlier):
         return []
     curation.examples_status_set(
-        ids=[e.pk for e in earlier if e.status != Example.Status.RETIRED],
+        # A curator's pin stands: only what the step taught on its own is replaced.
+        ids=[e.pk for e in earlier if e.status == Example.Status.ACTIVE],
         status=Example.Status.RETIRED,
         actor=None,
         reason=f"Replaced by the application's correction of the step (feedback "
@@ -210,6 +212,12 @@ def examples_withdraw(*, decision_id: int, actor: User | None) -> None:
 
 def retrievals_record(*, generation_id: int, retrieved: Sequence[RetrievedExample]) -> None:
     Retrieval.objects.bulk_create(
-        Retrieval(generation_id=generation_id, example=r.example, score=r.score, rank=r.rank)
+        Retrieval(
+            generation_id=generation_id,
+            example=r.example,
+            score=r.score,
+            rank=r.rank,
+            format_only=r.format_only,
+        )
         for r in retrieved
     )

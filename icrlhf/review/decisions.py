@@ -208,7 +208,8 @@ def _memory_teach(decision: Decision) -> None:
     from. Each candidate is remembered in its kind's form (a triage as its fields), with its
     rating as its reward where the reviewer gave one. For an agent's step captured from the
     gateway, a reviewer's edit of its tool call is thus the step's preferred action and the
-    served call its rejected rival, as an application's correction is."""
+    served call its rejected rival, as an application's correction is (unlike a correction,
+    it leaves what the step's reward stored before as it is: a curator retires that)."""
     rewards = {
         int(candidate): memory_services.rating_reward(rating)
         for candidate, rating in decision.ratings.items()

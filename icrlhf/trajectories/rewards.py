@@ -48,6 +48,9 @@ def run_usage_credit(*, queue: Queue, trajectory: Trajectory, reward: float) -> 
             "call__examples", flat=True
         )
         for used in examples or []
+        # A format example taught the form of a call, not this run's choice: no credit, and
+        # no blame that pruning would read against its own tool set.
+        if not used.get("format")
     }
     examples_credit(
         example_ids=sorted(prompted),

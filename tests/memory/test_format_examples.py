@@ -136,3 +136,15 @@ def test_format_examples_survive_the_store_owners_answer(
     memory.format_examples = False  # the queue turned them off since: the asker drops them
     memory.save()
     assert asked() == [("get_weather", False)]
+
+
+def test_a_step_that_answered_in_words_is_never_a_format_example(vector_store: Path) -> None:
+    """A step made under tools whose action was prose would teach, under the format note,
+    the very prose the option is there to stop."""
+    queue = QueueFactory(format_examples=True, min_similarity=0.4)
+    prose = tool_step(queue, "Book a flight to Paris for Monday.", "book_flight", to="Paris")
+    prose.turns = [prose.turns[0], {"role": "assistant", "content": "I cannot book flights."}]
+    prose.save()
+    call = tool_step(queue, "Find hotels in Paris near the river.", "find_hotels", city="Paris")
+    indexed(prose, call)
+    assert recalled(queue, "Will it rain in Paris tomorrow?") == [("find_hotels", True)]

@@ -274,6 +274,27 @@ def test_step_examples_retrieved_into_failing_runs_lose_utility_and_are_pruned()
     assert "In memory: preferred example, retired, reward 1.00; retrieved 3 times" in page
 
 
+@pytest.mark.django_db
+def test_a_format_example_in_a_failing_runs_prompt_is_neither_credited_nor_blamed() -> None:
+    """Another tool set's call, shown for the form of a call, says nothing of this run's
+    choice: pruning must not read the run's failure against it."""
+    queue = QueueFactory(reward_threshold=0.5)
+    good = _run(queue, "good")
+    _feedback(queue, "good", reward=1.0)
+    lookup = Example.objects.get(step__trajectory=good, step__position=0)
+    call = Call.objects.create(
+        queue=queue,
+        source="model",
+        memory="empty",
+        request_text="x",
+        examples=[{"id": str(lookup.pk), "score": 0.2, "format": True}],
+    )
+    agent_step(queue, [GOAL], key="later", text="Sorry.", call_id=call.pk)
+    _feedback(queue, "later", reward=0.0)
+    lookup.refresh_from_db()
+    assert (lookup.times_retrieved, lookup.utility) == (0, Example().utility)
+
+
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
 def test_feedback_on_a_run_reaches_the_next_similar_runs_prompt_at_that_step(
