@@ -16,7 +16,7 @@ from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from icrlhf.integrations import llm
 from icrlhf.memory.signatures import foreign_calls
-from tests.conftest import GatewayProcess
+from tests.conftest import GatewayProcess, wait_for
 from tests.factories import QueueFactory
 from tests.gateway.test_endpoint import client_for
 from tests.support.fixed_latency_llm import FixedLatencyLLM
@@ -161,7 +161,8 @@ def test_a_foreign_call_is_asked_again_and_the_clean_answer_served(
         finish = choice["finish_reason"]
         assert [c["function"]["name"] for c in choice["message"]["tool_calls"]] == ["get_weather"]
     assert finish == "tool_calls" and double.asked == 2
-    call = Call.objects.get()
+    # A streamed call's row is written as the stream settles, just after its last chunk.
+    call = wait_for(Call.objects.first, what="the call's log row")
     assert [c["function"]["name"] for c in call.tool_calls] == ["get_weather"]
 
 
@@ -183,7 +184,8 @@ def test_a_foreign_call_twice_answers_with_the_models_words_alone(
         text, finish = choice["message"]["content"], choice["finish_reason"]
         assert "tool_calls" not in choice["message"]
     assert text == "Let me book that." and finish == "stop" and double.asked == 2
-    call = Call.objects.get()
+    # A streamed call's row is written as the stream settles, just after its last chunk.
+    call = wait_for(Call.objects.first, what="the call's log row")
     assert call.tool_calls == [] and call.answer_text == "Let me book that."
 
 
