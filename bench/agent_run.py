@@ -29,14 +29,13 @@ from bench.agent_env import (
     text_action,
     text_prompt,
 )
-from icrlhf.generation.models import Candidate, Generation
+from bench.reviewed import answer_chosen, examples_indexed
 from icrlhf.ingest.services import token_create
 from icrlhf.insights.stats import wilson
 from icrlhf.integrations import embeddings
 from icrlhf.memory import curation
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item, Queue
-from icrlhf.review.decisions import decision_record
 
 VARIANTS = ("tools", "text")
 TIMEOUT_S = 600
@@ -224,30 +223,13 @@ def remember(queue: Queue, task: Task, variant: str, reviewer: User) -> None:
             conversation=step.conversation,
             call_options={"tools": TOOLS} if variant == "tools" else {},
         )
-        generation = Generation.objects.create(
-            item=item, model="expert", params={}, n_candidates=1, status=Generation.Status.DONE
-        )
-        candidate = Candidate.objects.create(
-            generation=generation,
-            position=0,
-            status=Candidate.Status.DONE,
+        answer_chosen(
+            item,
+            model="expert",
+            reviewer=reviewer,
             text=f"{step.tool} {step.argument}" if variant == "text" else "",
             tool_calls=tool_calls,
         )
-        decision_record(
-            item_id=item.pk, reviewer=reviewer, verdict="chosen", candidate_id=candidate.pk
-        )
-
-
-def _indexed(queues: list[Queue]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    pending = Example.objects.filter(queue__in=queues).exclude(
-        index_state=Example.IndexState.INDEXED
-    )
-    while pending.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{pending.count()} examples still not indexed")
-        time.sleep(0.5)
 
 
 # ---------------------------------------------------------------- retrieval queries (item 4)
@@ -453,7 +435,7 @@ def _learnt_curve(
         for size in (s for s in sizes if s >= seeds and s > 0):
             training = own_episodes(arm, variant, client, queue.slug, stored[done:size], options)
             done = size
-            _indexed([queue])
+            examples_indexed([queue], timeout_s=TIMEOUT_S)
             row = _run(variant, client, queue.slug, held_out, options)
             row["training"] = training
             live = Example.objects.filter(queue=queue).exclude(status=Example.Status.RETIRED)
@@ -481,7 +463,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
             for variant in options["variants"]:
                 remember(queues[variant], task, variant, reviewer)
         remembered = size
-        _indexed(list(queues.values()))
+        examples_indexed(list(queues.values()), timeout_s=TIMEOUT_S)
         for variant in options["variants"]:
             results[variant][str(size)] = _run(
                 variant, clients[variant], queues[variant].slug, held_out, options

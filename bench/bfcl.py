@@ -16,7 +16,6 @@ The `live_*` categories are never read: they are held back for the project's own
 import json
 import random
 import re
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
@@ -26,12 +25,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
 from openai import OpenAI
 
-from icrlhf.generation.models import Candidate, Generation
+from bench.reviewed import answer_chosen, examples_indexed
 from icrlhf.ingest.services import token_create
 from icrlhf.insights.stats import wilson
-from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item, Queue
-from icrlhf.review.decisions import decision_record
 
 CATEGORIES = ("simple_python", "multiple", "parallel")
 TIMEOUT_S = 600
@@ -302,26 +299,7 @@ def remember(queue: Queue, entry: Entry, reviewer: User) -> None:
         conversation=entry.messages,
         call_options={"tools": entry.tools},
     )
-    generation = Generation.objects.create(
-        item=item, model="bfcl-gold", params={}, n_candidates=1, status=Generation.Status.DONE
-    )
-    candidate = Candidate.objects.create(
-        generation=generation,
-        position=0,
-        status=Candidate.Status.DONE,
-        text="",
-        tool_calls=gold_calls(entry),
-    )
-    decision_record(item_id=item.pk, reviewer=reviewer, verdict="chosen", candidate_id=candidate.pk)
-
-
-def _indexed(queue: Queue) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    pending = Example.objects.filter(queue=queue).exclude(index_state=Example.IndexState.INDEXED)
-    while pending.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{pending.count()} examples still not indexed")
-        time.sleep(0.5)
+    answer_chosen(item, model="bfcl-gold", reviewer=reviewer, tool_calls=gold_calls(entry))
 
 
 # ---------------------------------------------------------------- the measurement
@@ -424,7 +402,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         for entry in stored[remembered:size]:
             remember(queue, entry, reviewer)
         remembered = size
-        _indexed(queue)
+        examples_indexed([queue], timeout_s=TIMEOUT_S)
         if size == 0:
             arms["empty"] = _run(client, queue.slug, held_out, options)
             continue

@@ -26,13 +26,12 @@ from django.contrib.auth.models import User
 from openai import OpenAI
 from scienceworld import ScienceWorldEnv
 
-from bench.agent_run import Step, _indexed, _queue
-from icrlhf.generation.models import Candidate, Generation
+from bench.agent_run import Step, _queue
+from bench.reviewed import answer_chosen, examples_indexed
 from icrlhf.insights.stats import wilson
 from icrlhf.memory import curation
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item, Queue
-from icrlhf.review.decisions import decision_record
 
 VARIANTS = ("text", "tools")
 # The simplest of the package's 30 tasks: 3 to 11 gold steps, 300 variations (150 training,
@@ -381,18 +380,12 @@ def remember(queue: Queue, steps: list[Step], variant: str, reviewer: User) -> N
             conversation=step.conversation,
             call_options={"tools": TOOLS} if variant == "tools" else {},
         )
-        generation = Generation.objects.create(
-            item=item, model="gold", params={}, n_candidates=1, status=Generation.Status.DONE
-        )
-        candidate = Candidate.objects.create(
-            generation=generation,
-            position=0,
-            status=Candidate.Status.DONE,
+        answer_chosen(
+            item,
+            model="gold",
+            reviewer=reviewer,
             text=step.argument if variant == "text" else "",
             tool_calls=[] if variant == "text" else [_tool_call(0, step.argument)],
-        )
-        decision_record(
-            item_id=item.pk, reviewer=reviewer, verdict="chosen", candidate_id=candidate.pk
         )
 
 
@@ -487,7 +480,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
                     for variant in variants:
                         remember(queues[variant], gold.steps[variant], variant, reviewer)
             remembered = size
-            _indexed(list(queues.values()))
+            examples_indexed(list(queues.values()), timeout_s=TIMEOUT_S)
             for variant in variants:
                 results[variant][str(size)] = _run(
                     variant, clients[variant], queues[variant].slug, held_out, free, options

@@ -9,12 +9,11 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from bench.learning import Labelled, labelled_split
-from icrlhf.generation.models import Candidate, Generation
+from bench.reviewed import answer_chosen, examples_indexed
+from icrlhf.generation.models import Candidate
 from icrlhf.kinds.triage.fields import fields_text
-from icrlhf.memory.models import Example
 from icrlhf.ops.demo import demo_login_ensure, demo_triage_queue_ensure
 from icrlhf.queues.models import Item, Queue
-from icrlhf.review.decisions import decision_record
 from icrlhf.triage.services import ticket_create, ticket_input_text
 
 TIMEOUT_S = 3600
@@ -97,26 +96,7 @@ def _remember(queue: Queue, row: Labelled, reviewer: Any) -> None:
         status=Item.Status.READY,
     )
     gold = {"category": row.label, "priority": "normal", "reply": "Thanks, we are on it."}
-    generation = Generation.objects.create(
-        item=item, model="gold", params={}, n_candidates=1, status=Generation.Status.DONE
-    )
-    candidate = Candidate.objects.create(
-        generation=generation,
-        position=0,
-        status=Candidate.Status.DONE,
-        text=fields_text(gold),
-        fields=gold,
-    )
-    decision_record(item_id=item.pk, reviewer=reviewer, verdict="chosen", candidate_id=candidate.pk)
-
-
-def _indexed(queue: Queue) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    pending = Example.objects.filter(queue=queue).exclude(index_state=Example.IndexState.INDEXED)
-    while pending.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError("examples still indexing")
-        time.sleep(1)
+    answer_chosen(item, model="gold", reviewer=reviewer, text=fields_text(gold), fields=gold)
 
 
 def measure(options: dict[str, Any], *, sizes: list[int]) -> dict[str, Any]:
@@ -159,7 +139,7 @@ def measure(options: dict[str, Any], *, sizes: list[int]) -> dict[str, Any]:
         for row in memory_rows[stored:size]:
             _remember(learning, row, reviewer)
         stored = size
-        _indexed(learning)
+        examples_indexed([learning], timeout_s=TIMEOUT_S)
         items = _settled(
             [_ticket(learning, row, 100_000 * (size + 1) + n) for n, row in enumerate(held_out)]
         )
