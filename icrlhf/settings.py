@@ -380,6 +380,9 @@ EMBEDDING_MODEL_DIR = Path(
 # threads each, 0.5-0.8 with one, and answered more retrievals a second). Raise it on a
 # machine where the embedder has cores to itself.
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1)
+# How many recent texts' vectors each process keeps, so an exact repeat is not embedded again
+# (~3 KB each; 0 keeps none).
+EMBEDDING_CACHE_SIZE = env_int("EMBEDDING_CACHE_SIZE", 4096)
 QDRANT_URL = env_str("QDRANT_URL", "")
 QDRANT_API_KEY = env_str("QDRANT_API_KEY", "")
 QDRANT_PATH = Path(env_str("QDRANT_PATH", str(VAR_DIR / "qdrant")))

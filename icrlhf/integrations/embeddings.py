@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import TYPE_CHECKING
 
+from cachetools import LRUCache
 from django.conf import settings
 
 if TYPE_CHECKING:
@@ -16,6 +17,12 @@ if TYPE_CHECKING:
 DIMENSIONS = 384
 _BATCH_SIZE = 16  # fastembed's default of 256 peaks near 9 GB of memory.
 _load_lock = threading.Lock()
+# The vectors of recent texts: an application asking the same thing again (a retry, a stored
+# request answered from memory, an agent's goal on every step) is not embedded twice. A
+# vector costs ~4 ms of a core to make and ~3 KB to keep. Each process has its own; the
+# model is fixed for a process's life, so an entry never goes stale.
+_recent: LRUCache[str, tuple[float, ...]] = LRUCache(maxsize=settings.EMBEDDING_CACHE_SIZE)
+_recent_lock = threading.Lock()
 
 
 class EmbeddingModelMissing(RuntimeError):
@@ -49,10 +56,22 @@ def _model() -> "TextEmbedding":
 
 
 def embed_texts(texts: Sequence[str]) -> list[list[float]]:
+    """The texts' vectors, in order: those embedded recently from the cache, the others (each
+    distinct text once) in one batch."""
     model_id()  # Vectors are only made by a known, complete model folder.
-    with _load_lock:
-        model = _model()
-    return [vector.tolist() for vector in model.embed(list(texts), batch_size=_BATCH_SIZE)]
+    with _recent_lock:
+        known = {text: _recent[text] for text in texts if text in _recent}
+    missing = list(dict.fromkeys(text for text in texts if text not in known))
+    if missing:
+        with _load_lock:
+            model = _model()
+        made = [tuple(v.tolist()) for v in model.embed(missing, batch_size=_BATCH_SIZE)]
+        with _recent_lock:
+            for text, vector in zip(missing, made, strict=True):
+                if _recent.maxsize:  # a cache of size 0 refuses every entry
+                    _recent[text] = vector
+        known |= dict(zip(missing, made, strict=True))
+    return [list(known[text]) for text in texts]
 
 
 def embed_text(text: str) -> list[float]:

@@ -1,0 +1,85 @@
+"""The embedder with the real model: a text asked again is answered from the process's recent
+vectors, identical to a fresh embedding, and never through the model a second time."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from cachetools import LRUCache
+
+from icrlhf.integrations import embeddings
+
+
+class _CountingModel:
+    """Wraps the real model: counts the texts it is asked to embed."""
+
+    def __init__(self, model: Any) -> None:
+        self.model, self.texts = model, 0
+
+    def embed(self, texts: list[str], **options: Any) -> Iterator[Any]:
+        self.texts += len(texts)
+        return self.model.embed(texts, **options)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> _CountingModel:
+    counting = _CountingModel(embeddings._model())
+    monkeypatch.setattr(embeddings, "_model", lambda: counting)
+    monkeypatch.setattr(embeddings, "_recent", LRUCache(maxsize=8))
+    return counting
+
+
+def test_a_repeated_text_is_embedded_once_and_gets_the_same_vector(
+    counted: _CountingModel,
+) -> None:
+    first = embeddings.embed_text("Where is my card?")
+    again = embeddings.embed_text("Where is my card?")
+
+    assert again == first
+    assert counted.texts == 1
+    assert len(first) == embeddings.DIMENSIONS
+
+
+def test_a_batch_embeds_only_the_texts_it_has_not_seen_in_order(counted: _CountingModel) -> None:
+    known = embeddings.embed_text("Where is my card?")
+    fresh_alone = embeddings._model().model.embed(["How do I reset my PIN?"])
+    counted.texts = 0
+
+    vectors = embeddings.embed_texts(
+        ["How do I reset my PIN?", "Where is my card?", "How do I reset my PIN?"]
+    )
+
+    assert counted.texts == 1  # the new text once, the known one not at all
+    assert vectors[1] == known
+    assert vectors[0] == vectors[2]
+    assert vectors[0] == pytest.approx(next(iter(fresh_alone)).tolist(), abs=1e-6)
+
+
+def test_changing_a_returned_vector_does_not_change_what_is_kept(counted: _CountingModel) -> None:
+    vector = embeddings.embed_text("Where is my card?")
+    kept = list(vector)
+    vector[0] = 42.0
+
+    assert embeddings.embed_text("Where is my card?") == kept
+
+
+def test_the_least_recent_text_leaves_a_full_cache(counted: _CountingModel) -> None:
+    for n in range(9):  # one more than the cache holds
+        embeddings.embed_text(f"request {n}")
+    counted.texts = 0
+
+    embeddings.embed_text("request 8")
+    embeddings.embed_text("request 0")
+
+    assert counted.texts == 1  # only the oldest was embedded again
+
+
+def test_a_cache_of_size_zero_keeps_nothing(
+    counted: _CountingModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(embeddings, "_recent", LRUCache(maxsize=0))
+
+    embeddings.embed_text("Where is my card?")
+    embeddings.embed_text("Where is my card?")
+
+    assert counted.texts == 2
