@@ -18,7 +18,7 @@ class _CountingModel:
 
     def embed(self, texts: list[str], **options: Any) -> Iterator[Any]:
         self.texts += len(texts)
-        return self.model.embed(texts, **options)
+        return iter(self.model.embed(texts, **options))
 
 
 @pytest.fixture
