@@ -18,11 +18,14 @@ _HEY_MISSING = "hey is not installed: run `make loadgen` (Debian's package `hey`
 
 @dataclass(frozen=True)
 class Load:
-    """One run: each answered call's time and status, and how long the run took."""
+    """One run: each answered call's time, status and start (seconds after the run began), and
+    how long the run took. A call that got no answer at all has no row in hey's CSV."""
 
     calls: int
+    clients: int
     times_ms: list[float]
     statuses: list[int]
+    offsets_s: list[float]
     elapsed_s: float
 
     @property
@@ -36,6 +39,20 @@ class Load:
     def errors(self) -> int:
         """Calls not answered 200, including those that got no answer at all."""
         return self.calls - len(self.answered_ms)
+
+    def first_burst_and_steady(self) -> tuple[list[float], list[float]]:
+        """The times of the calls answered 200 in the first burst and in the steady state.
+
+        The `clients` connections open at once, so the first `clients` calls to start (by
+        start, not by end: hey writes its rows as calls end) arrive together and queue behind
+        each other; the rest arrive as earlier ones are answered."""
+        by_start = sorted(range(len(self.offsets_s)), key=self.offsets_s.__getitem__)
+        answered = [n for n in by_start if self.statuses[n] == 200]
+        first = set(by_start[: self.clients])
+        return (
+            [self.times_ms[n] for n in answered if n in first],
+            [self.times_ms[n] for n in answered if n not in first],
+        )
 
 
 def hey_path() -> str:
@@ -61,17 +78,21 @@ def post(
     for name, value in (headers or {}).items():
         command += ["-H", f"{name}: {value}"]
     finished = subprocess.run([*command, url], capture_output=True, text=True, check=True)
-    return _parsed(finished.stdout, calls=calls)
+    return _parsed(finished.stdout, calls=calls, clients=min(clients, calls))
 
 
-def _parsed(output: str, *, calls: int) -> Load:
+def _parsed(output: str, *, calls: int, clients: int) -> Load:
     """hey's CSV: a row per call that got an answer, times in seconds, `offset` its start."""
     rows = list(csv.DictReader(io.StringIO(output)))
     times = [float(row["response-time"]) for row in rows]
-    ends = [float(row["offset"]) + seconds for row, seconds in zip(rows, times, strict=True)]
+    offsets = [float(row["offset"]) for row in rows]
     return Load(
         calls=calls,
+        clients=clients,
         times_ms=[seconds * 1000 for seconds in times],
         statuses=[int(row["status-code"]) for row in rows],
-        elapsed_s=max(ends, default=0.0),
+        offsets_s=offsets,
+        elapsed_s=max(
+            (start + seconds for start, seconds in zip(offsets, times, strict=True)), default=0.0
+        ),
     )

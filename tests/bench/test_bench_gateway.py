@@ -41,3 +41,23 @@ def test_the_gateway_benchmark_answers_every_call_and_reports_its_figures() -> N
     )
     # The upstream alone adds little: what the gateway adds is its own.
     assert 0 <= result["upstream_overhead_p95_ms_32"] < result["overhead_p95_ms_10k_32"]
+    # The tail apart: p99s, and each 32-client run split into its first burst and the rest.
+    for run in [*result["runs"].values(), *result["memory"].values()]:
+        assert run["latency_p99_ms"] >= run["latency_p95_ms"] > 0
+        assert run["overhead_p99_ms"] >= run["overhead_p95_ms"]
+    for run in [result["runs"]["0.1k_32"], result["memory"]["0.1k_32"]]:
+        assert run["first_burst"]["calls"] == 32 and run["steady"]["calls"] == 32
+        for part in (run["first_burst"], run["steady"]):
+            assert part["latency_p99_ms"] >= part["latency_p95_ms"] >= part["latency_p50_ms"] > 0
+            assert part["overhead_p99_ms"] >= part["overhead_p95_ms"] >= part["overhead_p50_ms"]
+    assert "first_burst" not in result["runs"]["0.1k_1"]
+    # The start-up burst: 32 calls at once into the process just started, all answered.
+    startup = result["startup_burst"]
+    assert startup["calls"] == 32 and startup["errors"] == 0
+    assert startup["overhead_p99_ms"] >= startup["overhead_p95_ms"] >= startup["overhead_p50_ms"]
+    assert result["startup_burst_overhead_p95_ms"] == startup["overhead_p95_ms"] > 0
+    ours = result["runs"]["0.1k_32"]
+    assert result["first_burst_overhead_p95_ms_10k_32"] == ours["first_burst"]["overhead_p95_ms"]
+    assert result["steady_overhead_p95_ms_10k_32"] == ours["steady"]["overhead_p95_ms"]
+    assert result["steady_overhead_p99_ms_10k_32"] == ours["steady"]["overhead_p99_ms"]
+    assert result["memory_answer_p99_ms_32"] == result["memory"]["0.1k_32"]["latency_p99_ms"] > 0

@@ -5,14 +5,17 @@ A throw-away world (SQLite file, or a scratch PostgreSQL database; Qdrant local 
 own broker queue) holds two queues with 1k and 10k preferred examples, embedded by the real
 model from Banking77's requests. The real worker (which owns the embedded store and answers
 the gateway's retrievals) and the real gateway process (uvicorn) run against an
-OpenAI-compatible endpoint with a fixed latency. hey, a compiled load generator, calls the
-gateway 1 and 32 at a time, with a paraphrased request (the upstream answers) and with a
-stored request on a queue that answers from memory; then, with the same body, the upstream
-alone and LiteLLM's proxy in front of it.
+OpenAI-compatible endpoint with a fixed latency. hey, a compiled load generator, first sends
+32 calls at once to the gateway just started (its start-up burst), then calls it 1 and 32 at a
+time, with a paraphrased request (the upstream answers) and with a stored request on a queue
+that answers from memory; then, with the same body, the upstream alone and LiteLLM's proxy in
+front of it.
 
 Overhead = the time the call took, less the upstream's fixed latency: retrieval, the prompt,
 the database, the HTTP layers, and what the upstream itself adds (measured alone). The call
-log gives the retrieval times and which calls memory answered."""
+log gives the retrieval times and which calls memory answered. A run of more than one client
+is also split into its first burst (the first `clients` calls to start, which arrive together)
+and its steady state (the rest), as the burst's queueing makes the tail."""
 
 import csv
 import statistics
@@ -119,6 +122,19 @@ class Command(WorldCommand):
                 f"p95 {figures['latency_p95_ms']:.1f} ms; {figures['throughput_rps']:.1f} "
                 f"calls/s; {figures['errors']} errors"
             )
+        startup = result["startup_burst"]
+        self.stdout.write(
+            f"start-up burst, 32 clients: overhead p50 {startup['overhead_p50_ms']:.1f} ms, "
+            f"p95 {startup['overhead_p95_ms']:.1f} ms, p99 {startup['overhead_p99_ms']:.1f} ms; "
+            f"{startup['errors']} errors"
+        )
+        self.stdout.write(
+            f"32 clients, biggest queue: overhead p95 of the first burst "
+            f"{result['first_burst_overhead_p95_ms_10k_32']:.1f} ms, of the steady state "
+            f"{result['steady_overhead_p95_ms_10k_32']:.1f} ms (p99 "
+            f"{result['steady_overhead_p99_ms_10k_32']:.1f} ms); memory answers p99 "
+            f"{result['memory_answer_p99_ms_32']:.1f} ms"
+        )
         upstream = result["upstream_overhead_p95_ms_32"]
         self.stdout.write(f"the upstream alone, 32 clients: overhead p95 {upstream:.1f} ms")
         if "litellm" in result:
@@ -209,12 +225,27 @@ def _measured(
     upstream: FixedLatencyLLM,
     litellm: str | None,
 ) -> dict[str, Any]:
-    """hey against the gateway, queue by queue and 1 then 32 clients at a time; then, with the
-    same body, against the upstream alone and against LiteLLM's proxy in front of it."""
+    """hey against the gateway: first 32 calls at once on the biggest queue, as the process
+    just started; then queue by queue, 1 then 32 clients at a time; then, with the same body,
+    against the upstream alone and against LiteLLM's proxy in front of it."""
     latency_ms = options["latency"] * 1000
     question = _texts()[0][0]  # a paraphrase: no stored request is near enough to answer it
     runs: dict[str, Any] = {}
     memory: dict[str, Any] = {}
+    biggest_queue = max(seeded["queues"].items(), key=lambda slug_queue: slug_queue[1]["size"])
+    biggest = _label(biggest_queue[1]["size"])
+
+    # Before any other call, and with no warm-up: the runs below warm the process with calls
+    # from one client before 32 arrive, which a gateway just (re)started under load is not.
+    # Only one such burst per process, so only for the paraphrase.
+    startup_load = loadgen.post(
+        f"{gateway}/chat/completions",
+        {"model": biggest_queue[0], "messages": [{"role": "user", "content": question}]},
+        calls=32,
+        clients=32,
+        headers={"Authorization": f"Bearer {biggest_queue[1]['token']}"},
+    )
+    startup = _whole(startup_load, latency_ms=latency_ms)
 
     def measured(slug: str, token: str, text: str, clients: int) -> dict[str, Any]:
         body = {"model": slug, "messages": [{"role": "user", "content": text}]}
@@ -242,7 +273,6 @@ def _measured(
         for clients in CLIENTS:
             memory[f"{label}_{clients}"] = measured(slug, queue["token"], queue["stored"], clients)
         threshold_set(slug, None)
-    biggest = _label(max(q["size"] for q in seeded["queues"].values()))
     ours = runs[f"{biggest}_32"]
     result = {
         "runs": runs,
@@ -250,7 +280,13 @@ def _measured(
         "overhead_p95_ms_10k_32": ours["overhead_p95_ms"],
         "memory_answer_p95_ms": memory[f"{biggest}_1"]["latency_p95_ms"],
         "memory_answer_p95_ms_32": memory[f"{biggest}_32"]["latency_p95_ms"],
+        "memory_answer_p99_ms_32": memory[f"{biggest}_32"]["latency_p99_ms"],
         "throughput_rps_32": ours["throughput_rps"],
+        "startup_burst": startup,
+        "startup_burst_overhead_p95_ms": startup["overhead_p95_ms"],
+        "first_burst_overhead_p95_ms_10k_32": ours["first_burst"]["overhead_p95_ms"],
+        "steady_overhead_p95_ms_10k_32": ours["steady"]["overhead_p95_ms"],
+        "steady_overhead_p99_ms_10k_32": ours["steady"]["overhead_p99_ms"],
     }
     calls = 32 * options["calls_per_client"]
     body = {"model": "fixed-latency", "messages": [{"role": "user", "content": question}]}
@@ -273,18 +309,40 @@ def _measured(
 
 
 def _figures(load: loadgen.Load, *, latency_ms: float) -> dict[str, Any]:
-    """Overhead: the time a call took, less the upstream's fixed latency (so it includes what
-    the upstream itself adds: `upstream_overhead_p95_ms_32` measures that alone)."""
+    """The run's figures and, with more than one client, the same for its first burst and its
+    steady state apart: the first burst's queueing is most of a short run's tail."""
+    figures = _whole(load, latency_ms=latency_ms)
+    if load.clients > 1:
+        for part, walls in zip(
+            ("first_burst", "steady"), load.first_burst_and_steady(), strict=True
+        ):
+            # A part's `calls` are its answered calls, the ones its figures are of.
+            figures[part] = {"calls": len(walls), **_percentiles(walls, latency_ms=latency_ms)}
+    return figures
+
+
+def _whole(load: loadgen.Load, *, latency_ms: float) -> dict[str, Any]:
+    """The figures of every call of a run."""
     walls = load.answered_ms
-    overheads = [wall - latency_ms for wall in walls]
     return {
         "calls": load.calls,
         "errors": load.errors,
         "throughput_rps": len(walls) / load.elapsed_s if load.elapsed_s else 0.0,
+        **_percentiles(walls, latency_ms=latency_ms),
+    }
+
+
+def _percentiles(walls: list[float], *, latency_ms: float) -> dict[str, Any]:
+    """Overhead: the time a call took, less the upstream's fixed latency (so it includes what
+    the upstream itself adds: `upstream_overhead_p95_ms_32` measures that alone)."""
+    overheads = [wall - latency_ms for wall in walls]
+    return {
         "latency_p50_ms": statistics.median(walls) if walls else float("nan"),
         "latency_p95_ms": percentile(walls, 95),
+        "latency_p99_ms": percentile(walls, 99),
         "overhead_p50_ms": statistics.median(overheads) if overheads else float("nan"),
         "overhead_p95_ms": percentile(overheads, 95),
+        "overhead_p99_ms": percentile(overheads, 99),
     }
 
 
