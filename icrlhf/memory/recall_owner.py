@@ -4,9 +4,11 @@ retrievals other processes ask of it (`remote_recall`), over its private socket
 
 One thread answers what has arrived since its last round: the requests' texts are embedded
 as one batch (fastembed embeds 32 short texts in about half the time per text of 32 single
-calls) and each is then searched with its vector, as `selectors.examples_recall` searches in
-place. Writes (indexing, curation) are untouched: they stay tasks of the memory queue, with
-their retries and sweeps."""
+calls; a text embedded recently is not embedded again) and each is then searched with its
+vector, as `selectors.examples_recall` searches in place. The asker sends its queue's row
+(it has just read it, with the token) and gets the examples' rows back, so neither reads
+what the other has. Writes (indexing, curation) are untouched: they stay tasks of the memory
+queue, with their retries and sweeps."""
 
 import logging
 import time
@@ -62,7 +64,7 @@ def _answer_one_round(round_: list[Asked]) -> None:
 class _Retrieval:
     """One ask's query, read and checked: what `selectors.examples_recall` is called with."""
 
-    queue_id: int
+    queue: Queue
     query_text: str
     k: int
     token_budget: int
@@ -93,8 +95,11 @@ def _retrieval_read(query: Any) -> _Retrieval:
         read = PLAIN if signature is None else Signature.from_json(signature)
     except (AttributeError, TypeError, ValueError) as error:
         raise ValueError("The retrieval request's signature cannot be read.") from error
+    queue = remote_recall.row_received(Queue, query.get("queue"))
+    if queue.pk != query["queue_id"]:
+        raise ValueError("The retrieval request's queue is not the one it names.")
     return _Retrieval(
-        queue_id=query["queue_id"],
+        queue=queue,
         query_text=query["query_text"],
         k=query["k"],
         token_budget=query["token_budget"],
@@ -105,7 +110,7 @@ def _retrieval_read(query: Any) -> _Retrieval:
 
 def answer_round(round_: list[Asked]) -> None:
     """Embeds the round's texts as one batch, then searches each with its vector. An ask
-    that cannot be read, or names no queue, is answered with its error alone."""
+    that cannot be read is answered with its error alone."""
     now = time.monotonic()
     waiting: list[tuple[Asked, _Retrieval]] = []
     for each in round_:
@@ -124,13 +129,10 @@ def answer_round(round_: list[Asked]) -> None:
         for each, _ in waiting:
             answered(each, {"error": str(error), "missing_model": True})
         return
-    queues = Queue.objects.in_bulk({retrieval.queue_id for _, retrieval in waiting})
     for (each, retrieval), vector in zip(waiting, vectors, strict=True):
         try:
-            if retrieval.queue_id not in queues:
-                raise VectorStoreUnavailable(f"No queue {retrieval.queue_id}.")
             recall = selectors.examples_recall(
-                queue=queues[retrieval.queue_id],
+                queue=retrieval.queue,
                 query_text=retrieval.query_text,
                 k=retrieval.k,
                 token_budget=retrieval.token_budget,

@@ -1,5 +1,6 @@
 """Retrieval for processes that do not own the embedded store (the gateway), asked of the
-worker that does (`recall_owner`) over a private local socket (`integrations.local_socket`).
+worker that does (`recall_owner`) over a private local socket (`integrations.local_socket`),
+sending its queue's row and getting the examples' rows back.
 
 Qdrant's local mode admits one process per folder: the worker that consumes the memory
 queue. The gateway used to ask it through the broker (a task, then its result), which cost a
@@ -9,16 +10,20 @@ that arrive together as one batch.
 
 The socket is named by the broker and the memory queue, as the tasks were: whoever consumes
 the queue answers. The socket keeps other users out (its folder, the peer's uid), and the
-rows an answer names are read back only if the asking queue could have retrieved them
+rows an answer holds are used only if the asking queue could have retrieved them
 (`selectors`). The socket's failures reach the asker as the store's: VectorStoreUnavailable,
 which a retrieval's callers already handle."""
 
 import contextlib
+import datetime
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db.models import Model
 
 from icrlhf.integrations import local_socket
 from icrlhf.integrations.embeddings import EmbeddingModelMissing
@@ -65,3 +70,35 @@ def answer_read(answer: Any) -> dict[str, Any]:
     if "error" in answer:
         raise VectorStoreUnavailable(answer["error"])
     return answer
+
+
+def row_sent(row: Model) -> dict[str, Any]:
+    """A row as it crosses the socket: its loaded columns by attribute name, in JSON's types
+    (a deferred column stays behind: reading it would cost a query)."""
+    deferred = row.get_deferred_fields()
+    return {
+        field.attname: _json_value(field.value_from_object(row))
+        for field in row._meta.concrete_fields
+        if field.attname not in deferred
+    }
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+def row_received[M: Model](model: type[M], sent: Any) -> M:
+    """The row `row_sent` sent, as the database would have given it (`Model.from_db`: a
+    column not sent is deferred). Raises ValueError for one that cannot be read."""
+    if not isinstance(sent, dict):
+        raise ValueError(f"A {model.__name__} row is not an object.")
+    fields = [field for field in model._meta.concrete_fields if field.attname in sent]
+    try:
+        values = [field.to_python(sent[field.attname]) for field in fields]
+    except ValidationError as error:
+        raise ValueError(f"A {model.__name__} row cannot be read: {error.messages[0]}") from error
+    return model.from_db("default", [field.attname for field in fields], values)

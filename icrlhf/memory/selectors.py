@@ -352,7 +352,7 @@ def examples_recall_anywhere(
 ) -> Recall:
     """`examples_recall` from any process. A Qdrant server admits every process; the embedded
     store admits one, the worker that consumes the memory queue, so other processes ask it
-    over its socket (`remote_recall`) and read the rows themselves. No answer in
+    over its socket (`remote_recall`), which answers with the rows. No answer in
     GATEWAY_RECALL_TIMEOUT_S counts as the store being unavailable."""
     if settings.QDRANT_URL:
         return examples_recall(
@@ -368,6 +368,7 @@ def examples_recall_anywhere(
     found = remote_recall.ask(
         {
             "queue_id": queue.pk,
+            "queue": remote_recall.row_sent(queue),
             "query_text": query_text,
             "k": k,
             "token_budget": token_budget,
@@ -389,7 +390,7 @@ _ANSWER_ROLES = {
 
 
 def _recall_of_answer(found: dict[str, Any], *, queue: Queue, signature: Signature) -> Recall:
-    """The recall an owner's answer names, with the rows read here. Only rows the search
+    """The recall an owner's answer names, with the rows it sent. Only rows the search
     could have found for this request are kept (the queue's own, active or pinned, of the
     role their list holds, admitted by the signature, or, among the prompt's examples of a
     queue that sends format examples, admitted as one, and marked so): an answer is what
@@ -402,16 +403,14 @@ def _recall_of_answer(found: dict[str, Any], *, queue: Queue, signature: Signatu
             for name in _ANSWER_ROLES
         }
         minimum = None if found["minimum"] is None else float(found["minimum"])
+        sent = [remote_recall.row_received(Example, row) for row in found["rows"]]
     except (KeyError, TypeError, ValueError) as error:
         raise VectorStoreUnavailable(
             "The worker that owns the store sent an unreadable answer."
         ) from error
-    # By primary key alone, the rest checked on the rows: see `_live_of` on SQLite's planner.
     rows = {
-        pk: example
-        for pk, example in _rows()
-        .in_bulk([pk for pairs in named.values() for pk, _ in pairs])
-        .items()
+        example.pk: example
+        for example in sent
         if example.queue_id == queue.pk
         and example.status in (Example.Status.ACTIVE, Example.Status.PINNED)
     }
@@ -441,18 +440,23 @@ def _recall_of_answer(found: dict[str, Any], *, queue: Queue, signature: Signatu
 
 
 def recall_as_json(recall: Recall) -> dict[str, Any]:
-    """A recall as the store's owner sends it: example ids and scores (the asker reads the
-    rows from the database)."""
+    """A recall as the store's owner sends it: example ids and scores, and each example's row
+    once (the asker, waiting for its answer, would otherwise read them again)."""
 
     def pairs(found: list[RetrievedExample]) -> list[list[Any]]:
         return [[str(r.example.pk), r.score] for r in found]
 
+    found = recall.examples + recall.neighbours + recall.below_minimum + recall.rejected
     return {
         "examples": pairs(recall.examples),
         "neighbours": pairs(recall.neighbours),
         "below_minimum": pairs(recall.below_minimum),
         "minimum": recall.minimum,
         "rejected": pairs(recall.rejected),
+        "rows": [
+            remote_recall.row_sent(example)
+            for example in {r.example.pk: r.example for r in found}.values()
+        ],
     }
 
 

@@ -18,7 +18,9 @@ from icrlhf.integrations import embeddings, local_socket, vectors
 from icrlhf.integrations.local_socket import Asked, RoundServer
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.memory import index, recall_owner, remote_recall
+from icrlhf.memory.models import Example
 from icrlhf.memory.selectors import examples_recall, examples_recall_anywhere
+from icrlhf.queues.models import Queue
 from tests.conftest import wait_for
 from tests.factories import QueueFactory, stored_example
 
@@ -117,6 +119,7 @@ def test_an_owner_too_slow_is_given_up_on_and_answers_the_next_ask(
     owner: RoundServer, remembering: Any
 ) -> None:
     query = {"queue_id": remembering.pk, "query_text": "forgot my pin", "k": 1}
+    query |= {"queue": remote_recall.row_sent(remembering)}
     query |= {"token_budget": 10_000, "pool": 0, "signature": None}
     with vectors._local_lock, pytest.raises(VectorStoreUnavailable, match="in 0.3 s"):
         remote_recall.ask(query, timeout_s=0.3)
@@ -124,13 +127,40 @@ def test_an_owner_too_slow_is_given_up_on_and_answers_the_next_ask(
     assert len(answer["examples"]) == 1
 
 
-def test_an_unknown_queue_is_a_plain_error_and_the_owner_carries_on(
+def test_a_queue_row_that_is_not_the_queue_named_is_a_plain_error_and_the_owner_carries_on(
     owner: RoundServer, remembering: Any
 ) -> None:
     query = {"query_text": "forgot my pin", "k": 1, "token_budget": 10_000, "pool": 0}
-    with pytest.raises(VectorStoreUnavailable, match="No queue"):
-        remote_recall.ask({**query, "queue_id": 0}, timeout_s=10)
+    query |= {"queue": remote_recall.row_sent(remembering)}
+    with pytest.raises(VectorStoreUnavailable, match="not the one it names"):
+        remote_recall.ask({**query, "queue_id": remembering.pk + 1}, timeout_s=10)
     assert remote_recall.ask({**query, "queue_id": remembering.pk}, timeout_s=10)["examples"]
+
+
+def test_the_owner_answers_with_the_rows_so_the_asker_reads_none(
+    owner: RoundServer, remembering: Any, django_assert_num_queries: Any
+) -> None:
+    with django_assert_num_queries(0):
+        recall = examples_recall_anywhere(
+            queue=remembering, query_text="forgot my pin", k=2, token_budget=10_000, pool=3
+        )
+
+    here = examples_recall(
+        queue=remembering, query_text="forgot my pin", k=2, token_budget=10_000, pool=3
+    )
+    assert [r.example.pk for r in recall.examples] == [r.example.pk for r in here.examples]
+    for sent, read in zip(recall.examples, here.examples, strict=True):
+        # Every column retrieval loads arrives as the database gives it, dates included.
+        assert remote_recall.row_sent(sent.example) == remote_recall.row_sent(read.example)
+        assert sent.example.created_at == read.example.created_at
+        assert sent.example.turns == read.example.turns
+
+
+def test_a_row_that_cannot_be_read_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="Queue row is not an object"):
+        remote_recall.row_received(Queue, ["not", "a", "row"])
+    with pytest.raises(ValueError, match="Example row cannot be read"):
+        remote_recall.row_received(Example, {"created_at": "yesterday-ish"})
 
 
 MALFORMED = [
@@ -147,6 +177,8 @@ MALFORMED = [
     {"queue_id": 1, "query_text": "pin", "k": 1, "token_budget": 1, "pool": 0, "signature": "x"},
     {"queue_id": 1, "query_text": "pin", "k": 1, "token_budget": 1, "pool": 0, "signature": 3},
     {"queue_id": 0, "query_text": "pin", "k": 1, "token_budget": 10_000, "pool": 0},  # no queue
+    {"queue_id": 1, "query_text": "pin", "k": 1, "token_budget": 1, "pool": 0, "queue": [1]},
+    {"queue_id": 1, "query_text": "pin", "k": 1, "token_budget": 1, "pool": 0, "queue": {"id": 2}},
 ]
 
 
@@ -157,6 +189,7 @@ def test_a_malformed_ask_fails_alone_and_the_rest_of_its_round_is_answered(
         return Asked(request=query, deadline=time.monotonic() + 30)
 
     good = {"queue_id": remembering.pk, "query_text": "forgot my pin", "k": 1}
+    good |= {"queue": remote_recall.row_sent(remembering)}
     good |= {"token_budget": 10_000, "pool": 0, "signature": None}
     bad = [asked(query) for query in MALFORMED]
     answered = asked(good)
@@ -186,5 +219,5 @@ def test_a_malformed_ask_on_the_socket_is_told_so_and_the_owner_answers_the_next
             answer = json.loads(reply.readline())
     assert answer == {"error": "The retrieval request's queue_id is not a whole number in range."}
     query = {"queue_id": remembering.pk, "query_text": "forgot my pin", "k": 1}
-    query |= {"token_budget": 10_000, "pool": 0}
+    query |= {"queue": remote_recall.row_sent(remembering), "token_budget": 10_000, "pool": 0}
     assert len(remote_recall.ask(query, timeout_s=10)["examples"]) == 1

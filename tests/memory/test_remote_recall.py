@@ -77,7 +77,9 @@ def test_an_answer_naming_another_queues_or_a_retired_example_never_reaches_the_
     Example.objects.filter(pk=retired.pk).update(status=Example.Status.RETIRED)
     Example.objects.filter(pk=rejected.pk).update(role=Example.Role.REJECTED)
     Example.objects.filter(pk=tooled.pk).update(tool_names=["lookup"])
-    every = [[str(e.pk), 0.9] for e in (elsewhere, retired, rejected, tooled, pinned, kept)]
+    named = (elsewhere, retired, rejected, tooled, pinned, kept)
+    every = [[str(e.pk), 0.9] for e in named]
+    rows = [remote_recall.row_sent(e) for e in Example.objects.filter(pk__in=[e.pk for e in named])]
 
     def answered_by_whoever_listens(query: dict[str, Any], *, timeout_s: float) -> Any:
         """Test double of `remote_recall.ask`: an answer that names every row it likes."""
@@ -87,6 +89,7 @@ def test_an_answer_naming_another_queues_or_a_retired_example_never_reaches_the_
             "below_minimum": every,
             "minimum": 0.3,
             "rejected": every,
+            "rows": rows,
         }
 
     monkeypatch.setattr(remote_recall, "ask", answered_by_whoever_listens)
@@ -111,6 +114,11 @@ def test_an_answer_naming_another_queues_or_a_retired_example_never_reaches_the_
         {
             **dict.fromkeys(["examples", "neighbours", "below_minimum", "rejected"], [["x", 1]]),
             "minimum": 0.3,
+        },
+        {
+            **dict.fromkeys(["examples", "neighbours", "below_minimum", "rejected"], []),
+            "minimum": 0.3,
+            "rows": [{"created_at": "not a date"}],
         },
     ],
 )
