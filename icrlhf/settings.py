@@ -425,6 +425,10 @@ CAPTURE_DEDUPE_WINDOW_S = env_int("CAPTURE_DEDUPE_WINDOW_S", 3600)
 # Threads per gateway process for its blocking work (database, retrieval): one per call in
 # flight, up to this many.
 GATEWAY_THREADS = env_int("GATEWAY_THREADS", 48)
+# Gateway processes `make run` starts (uvicorn's workers; docker-compose sets its own): one
+# process's Python runs on one core at a time, so one per two cores, the other core left to
+# the store's owner, the web and the database. They share the store through its owner.
+GATEWAY_PROCESSES = env_int("GATEWAY_PROCESSES", max(1, (os.cpu_count() or 1) // 2))
 
 # --- Input limits ----------------------------------------------------------------------------
 ITEM_INPUT_MAX_CHARS = env_int("ITEM_INPUT_MAX_CHARS", 20_000)

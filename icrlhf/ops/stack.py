@@ -177,9 +177,10 @@ def web_command(port: int, *, workers: int = 2) -> list[str]:
     ]
 
 
-def gateway_command(port: int, *, host: str = "127.0.0.1", workers: int = 1) -> list[str]:
-    """The OpenAI-compatible gateway (ASGI). Several workers need a Qdrant server
-    (QDRANT_URL): with the embedded store, retrieval goes through the worker either way."""
+def gateway_command(port: int, *, host: str = "127.0.0.1", workers: int = 0) -> list[str]:
+    """The OpenAI-compatible gateway (ASGI) in `workers` processes (0: GATEWAY_PROCESSES).
+    With the embedded store every process asks the worker that owns it; with a Qdrant
+    server (QDRANT_URL) each searches it directly."""
     return [
         sys.executable,
         "-m",
@@ -190,7 +191,7 @@ def gateway_command(port: int, *, host: str = "127.0.0.1", workers: int = 1) -> 
         "--port",
         str(port),
         "--workers",
-        str(workers),
+        str(workers or settings.GATEWAY_PROCESSES),
         "--lifespan",
         "off",  # Django speaks no ASGI lifespan
         "--no-access-log",
