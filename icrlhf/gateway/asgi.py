@@ -12,11 +12,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "icrlhf.settings")
 from django.conf import settings  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 
-from icrlhf.gateway import views  # noqa: E402
 from icrlhf.gateway.body_limit import body_limited  # noqa: E402
 from icrlhf.integrations import embeddings, llm  # noqa: E402
 
 application = body_limited(get_asgi_application())
+
+from icrlhf.gateway import views  # noqa: E402  (its models need the apps set up)
 
 # What the first calls would otherwise pay, paid before the port opens: litellm's imports,
 # the threads and their database connections, and (with a server) the embedder.

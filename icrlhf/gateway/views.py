@@ -61,7 +61,9 @@ def warm_up() -> None:
     so the first burst after start-up paid for both on top of its own work (and on
     PostgreSQL a connection costs a server process's start). The JSON schemas of a request
     are built now too."""
-    ChatRequest.model_validate({"model": "warm-up", "messages": [{"role": "user", "content": ""}]})
+    ChatRequest.model_validate(
+        {"model": "warm-up", "messages": [{"role": "user", "content": "hi"}]}
+    )
     everyone = threading.Barrier(settings.GATEWAY_THREADS)
 
     def opened() -> None:
