@@ -375,14 +375,18 @@ def gateway_threads(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> 
     """The in-process gateway's thread pools, fresh for the test and waited for after it: a
     capture's eager chain (generation, ranking) outlives the response, and a thread still
     writing while the test's tables are truncated deadlocks the flush on PostgreSQL."""
-    from icrlhf.gateway import views
+    from icrlhf.gateway import call_log, views
 
     pools = {
-        "_threads": ThreadPoolExecutor(settings.GATEWAY_THREADS, thread_name_prefix="test-gateway"),
-        "_capture_threads": ThreadPoolExecutor(max_workers=2, thread_name_prefix="test-capture"),
+        (views, "_threads"): ThreadPoolExecutor(
+            settings.GATEWAY_THREADS, thread_name_prefix="test-gateway"
+        ),
+        (call_log, "_capture_threads"): ThreadPoolExecutor(
+            max_workers=2, thread_name_prefix="test-capture"
+        ),
     }
-    for name, pool in pools.items():
-        monkeypatch.setattr(views, name, pool)
+    for (module, name), pool in pools.items():
+        monkeypatch.setattr(module, name, pool)
     try:
         yield
     finally:

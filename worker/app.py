@@ -39,7 +39,7 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
     sender.add_periodic_task(
         settings.GENERATION_SWEEP_INTERVAL_S,
         sender.signature("gateway.captures_sweep"),
-        name="make the review items of gateway calls whose capture was lost",
+        name="write the call log's rows no gateway is writing; capture what was not captured",
     )
     sender.add_periodic_task(
         settings.MEMORY_SWEEP_INTERVAL_S,

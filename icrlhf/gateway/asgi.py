@@ -4,6 +4,7 @@ It serves the OpenAI-compatible API only (its own URLs), and loads litellm befor
 call, as the worker does. Only uvicorn imports this module: it marks the whole process as the
 gateway's."""
 
+import atexit
 import os
 
 os.environ["ICRLHF_PROCESS"] = "gateway"
@@ -17,7 +18,7 @@ from icrlhf.integrations import embeddings, llm  # noqa: E402
 
 application = body_limited(get_asgi_application())
 
-from icrlhf.gateway import views  # noqa: E402  (its models need the apps set up)
+from icrlhf.gateway import call_log, views  # noqa: E402  (their models need the apps set up)
 
 # What the first calls would otherwise pay, paid before the port opens: litellm's imports,
 # the threads and their database connections, and (with a server) the embedder.
@@ -25,3 +26,9 @@ llm.warm_up()
 views.warm_up()
 if settings.QDRANT_URL:  # with a server, retrieval runs here (else in the worker)
     embeddings.warm_up()
+
+# The call log's writer: the rows left waiting are written before the process ends (uvicorn
+# stops gracefully on SIGTERM; after a kill, the next writer or the worker's sweep writes them).
+_writer = call_log.writer()
+_writer.start()
+atexit.register(_writer.stop)

@@ -7,10 +7,12 @@ import logging
 import random
 import uuid
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, IntegrityError, transaction
+from django.utils import timezone
 
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
@@ -239,76 +241,158 @@ def capture_reason(*, queue: Queue, top_score: float | None, memory: str) -> str
     return Call.Capture.NONE
 
 
-def call_record(
-    *,
-    call_id: uuid.UUID,
-    plan: Plan,
-    token: IntegrationToken,
-    stream: bool,
-    answer_text: str,
-    total_ms: float,
-    tool_calls: list[dict[str, Any]] | None = None,
-    upstream_ms: float | None = None,
-    prompt_tokens: int = 0,
-    completion_tokens: int = 0,
-    model: str = "",
-    status_code: int = 200,
-    error: str = "",
-) -> Call:
-    capture = plan.capture if status_code == 200 else Call.Capture.NONE  # only a whole answer
+@dataclass(frozen=True)
+class CallLogged:
+    """What a call's log row and its run's step are written from, in JSON's types, so that
+    it can wait in the journal (`call_log`) until a writer writes it."""
+
+    call_id: str
+    queue_id: int
+    token_id: int
+    answered_at: str  # ISO 8601: the row's created_at, whenever it is written
+    stream: bool
+    source: str
+    memory: str  # what the caller was told memory did (a held-out call: nothing)
+    request_text: str
+    context: list[dict[str, Any]]
+    request_hash: str
+    options: dict[str, Any]
+    examples: list[dict[str, Any]]
+    top_score: float | None
+    retrieval_ms: float
+    holdout: bool
+    capture: str
+    memory_confidence: float | None
+    trajectory_key: str
+    end_user: str
+    model: str
+    answer_text: str
+    total_ms: float
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    upstream_ms: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    status_code: int = 200
+    error: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        call_id: uuid.UUID,
+        plan: Plan,
+        token: IntegrationToken,
+        stream: bool,
+        answer_text: str,
+        total_ms: float,
+        tool_calls: list[dict[str, Any]] | None = None,
+        upstream_ms: float | None = None,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        model: str = "",
+        status_code: int = 200,
+        error: str = "",
+    ) -> "CallLogged":
+        return cls(
+            call_id=str(call_id),
+            queue_id=plan.queue.pk,
+            token_id=token.pk,
+            answered_at=timezone.now().isoformat(),
+            stream=stream,
+            source=plan.source,
+            memory=plan.served_memory,
+            request_text=plan.request_text,
+            context=plan.context,
+            request_hash=plan.request_hash,
+            options=plan.options,
+            examples=[
+                {"id": str(r.example.pk), "score": round(r.score, 4)}
+                | ({"format": True} if r.format_only else {})
+                for r in plan.examples
+            ],
+            top_score=plan.top_score,
+            retrieval_ms=plan.retrieval_ms,
+            holdout=plan.holdout,
+            capture=plan.capture,
+            memory_confidence=plan.memory_confidence,
+            trajectory_key=plan.trajectory_key,
+            end_user=plan.end_user,
+            model=model or plan.model or Call.Source.MEMORY,
+            answer_text=answer_text,
+            total_ms=total_ms,
+            tool_calls=tool_calls or [],
+            upstream_ms=upstream_ms,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            status_code=status_code,
+            error=error,
+        )
+
+
+def call_record(logged: CallLogged) -> Call | None:
+    """Write the call's log row and, for a whole answer, its run's step; None when the row
+    was written already (a journal entry is written at least once)."""
+    capture = logged.capture if logged.status_code == 200 else Call.Capture.NONE
     # Before anything is stored (and, through the review item, embedded): the caller got its
     # answer already; what is kept has placeholders where the personal data was.
     into: Destination = "review" if capture else "log"
-    request_text, context = scrub(plan.request_text, into=into), scrub(plan.context, into=into)
-    kept_answer, kept_tool_calls = scrub(answer_text, into=into), scrub(tool_calls or [], into=into)
-    call = Call.objects.create(
-        id=call_id,
-        queue=plan.queue,
-        token=token,
-        source=plan.source,
-        memory=plan.served_memory,  # what shaped the answer: a held-out call, nothing
-        stream=stream,
-        status_code=status_code,
-        error=scrub(error, into=into)[:500],  # an upstream may quote the request
-        request_text=request_text,
-        context=context,
-        request_hash=plan.request_hash,
-        answer_text=kept_answer,
-        tool_calls=kept_tool_calls,
-        options=plan.options,
-        examples=[
-            {"id": str(r.example.pk), "score": round(r.score, 4)}
-            | ({"format": True} if r.format_only else {})
-            for r in plan.examples
-        ],
-        top_score=plan.top_score,
-        model=model or plan.model or Call.Source.MEMORY,
-        retrieval_ms=round(plan.retrieval_ms),
-        upstream_ms=None if upstream_ms is None else round(upstream_ms),
-        total_ms=round(total_ms),
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        holdout=plan.holdout,
-        capture=capture,
-        memory_confidence=plan.memory_confidence,
-    )
-    if status_code == 200:
+    request_text, context = scrub(logged.request_text, into=into), scrub(logged.context, into=into)
+    kept_answer = scrub(logged.answer_text, into=into)
+    kept_tool_calls = scrub(logged.tool_calls, into=into)
+    answered_at = datetime.fromisoformat(logged.answered_at)
+    with transaction.atomic():
         try:
-            step_record(
-                queue=plan.queue,
-                owner=RunOwner(token_id=token.pk, end_user=plan.end_user),
-                key=plan.trajectory_key,
-                messages=context,
-                raw_messages=plan.context,
-                decision_point=request_text,
-                action_text=kept_answer,
-                raw_action_text=answer_text,
-                tool_calls=kept_tool_calls,
-                raw_tool_calls=tool_calls or [],
-                tool_names=tool_names(plan.options.get("tools")),
-                call_id=call.pk,
-                created_at=call.created_at,
-            )
-        except DatabaseError:  # the call is logged and answered: its step is what is lost
-            logger.exception("Call %s was logged without its trajectory step", call.pk)
+            with transaction.atomic():
+                call = Call.objects.create(
+                    id=uuid.UUID(logged.call_id),
+                    created_at=answered_at,
+                    queue_id=logged.queue_id,
+                    token_id=logged.token_id,
+                    source=logged.source,
+                    memory=logged.memory,
+                    stream=logged.stream,
+                    status_code=logged.status_code,
+                    error=scrub(logged.error, into=into)[:500],  # an upstream may quote it
+                    request_text=request_text,
+                    context=context,
+                    request_hash=logged.request_hash,
+                    answer_text=kept_answer,
+                    tool_calls=kept_tool_calls,
+                    options=logged.options,
+                    examples=logged.examples,
+                    top_score=logged.top_score,
+                    model=logged.model,
+                    retrieval_ms=round(logged.retrieval_ms),
+                    upstream_ms=None if logged.upstream_ms is None else round(logged.upstream_ms),
+                    total_ms=round(logged.total_ms),
+                    prompt_tokens=logged.prompt_tokens,
+                    completion_tokens=logged.completion_tokens,
+                    holdout=logged.holdout,
+                    capture=capture,
+                    memory_confidence=logged.memory_confidence,
+                )
+        except IntegrityError:
+            if Call.objects.filter(pk=logged.call_id).exists():
+                return None  # another writer wrote it: its step with it
+            raise
+        if logged.status_code == 200:
+            try:
+                with transaction.atomic():
+                    step_record(
+                        queue=Queue(pk=logged.queue_id),
+                        owner=RunOwner(token_id=logged.token_id, end_user=logged.end_user),
+                        key=logged.trajectory_key,
+                        messages=context,
+                        raw_messages=logged.context,
+                        decision_point=request_text,
+                        action_text=kept_answer,
+                        raw_action_text=logged.answer_text,
+                        tool_calls=kept_tool_calls,
+                        raw_tool_calls=logged.tool_calls,
+                        tool_names=tool_names(logged.options.get("tools")),
+                        call_id=call.pk,
+                        created_at=call.created_at,
+                    )
+            except DatabaseError:  # the call is logged and answered: its step is what is lost
+                logger.exception("Call %s was logged without its trajectory step", call.pk)
     return call

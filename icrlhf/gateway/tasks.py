@@ -3,15 +3,18 @@ import logging
 from celery import shared_task
 from django.utils import timezone
 
-from icrlhf.gateway import capture, retention
+from icrlhf.gateway import call_log, capture, retention
 
 logger = logging.getLogger(__name__)
 
 
 @shared_task(name="gateway.captures_sweep")
 def captures_sweep() -> None:
-    """Periodic: make the review items of captured calls whose capture was lost, and of
-    agent steps rewarded below the bar."""
+    """Periodic: write the call log's rows no gateway process is writing (all of them were
+    stopped or killed), then make the review items of captured calls whose capture was lost,
+    and of agent steps rewarded below the bar."""
+    if written := call_log.journal_sweep():
+        logger.warning("Call log sweep: %d calls logged late", written)
     capture.low_reward_steps_mark()
     lost = capture.captures_lost()
     for call_id in lost:

@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.views.decorators.csrf import csrf_exempt
 from pydantic import ValidationError
 
-from icrlhf.gateway import capture, limits, services
+from icrlhf.gateway import call_log, limits, services
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.ingest.auth import (
@@ -42,9 +42,6 @@ from icrlhf.memory.signatures import action_message, action_text, foreign_calls
 logger = logging.getLogger(__name__)
 
 _threads = ThreadPoolExecutor(max_workers=settings.GATEWAY_THREADS, thread_name_prefix="gateway")
-# Captures have threads of their own: however many wait, the calls' threads stay free (what
-# is still waiting when the process stops is captured by the sweep).
-_capture_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gateway-capture")
 
 
 async def _blocking[T](work: Callable[[], T]) -> T:
@@ -78,7 +75,7 @@ def warm_up() -> None:
 
 
 def _logged(work: Callable[[], Any]) -> Callable[[], None]:
-    """For work nobody awaits (a stream's log row, a capture): its failure goes to the log."""
+    """For work nobody awaits (a stream's log row, its slot): its failure goes to the log."""
 
     def run() -> None:
         close_old_connections()
@@ -88,13 +85,6 @@ def _logged(work: Callable[[], Any]) -> Callable[[], None]:
             logger.exception("A gateway call could not be logged or captured")
 
     return run
-
-
-def _captured(call: Call) -> None:
-    """Send the call to review if it was chosen for it: after its answer, on a thread nobody
-    waits for, so that capturing never delays or fails a response."""
-    if call.capture in capture.CAPTURING:
-        _capture_threads.submit(_logged(lambda: capture.call_capture(call_id=call.pk)))
 
 
 def _error(
@@ -287,10 +277,12 @@ class _Call:
         self.created = int(time.time())
         self.deadline = started + settings.GATEWAY_CALL_DEADLINE_S  # on time.monotonic()
 
-    def record(self, **outcome: Any) -> Callable[[], Call]:
-        return lambda: services.call_record(
+    def log(self, **outcome: Any) -> Callable[[], None]:
+        """Its log row's hand-over (`call_log`), for a thread to run."""
+        logged = services.CallLogged.of(
             call_id=self.id, plan=self.plan, token=self.token, stream=self.stream, **outcome
         )
+        return lambda: call_log.call_log(logged)
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> str:
         return self._chunk(choices=[{"index": 0, "delta": delta, "finish_reason": finish_reason}])
@@ -370,8 +362,8 @@ async def _answered(call: _Call) -> HttpResponse:
     headers["Server-Timing"] = _timing(
         retrieval=plan.retrieval_ms, upstream=upstream_ms, total=total_ms
     )
-    recorded = await _blocking(
-        call.record(
+    await _blocking(
+        call.log(
             answer_text=_logged_answer(text, tool_calls),
             tool_calls=tool_calls,
             total_ms=total_ms,
@@ -381,7 +373,6 @@ async def _answered(call: _Call) -> HttpResponse:
             model=model,
         )
     )
-    _captured(recorded)
     body = {
         "id": f"chatcmpl-{call.id.hex}",
         "object": "chat.completion",
@@ -406,7 +397,7 @@ async def _upstream_failed(
     """An upstream that refused or failed before answering: the call is logged with its
     error and answered with its status, in OpenAI's shape."""
     await _blocking(
-        call.record(
+        call.log(
             answer_text="",
             total_ms=_since(call.started),
             status_code=error.status,
@@ -593,7 +584,7 @@ class _Relay:
         up cancels the events, and the row must still be written."""
         stream, usage = self.stream, self._usage()
         tool_calls = self.tool_calls
-        outcome = self.call.record(
+        logged = self.call.log(
             answer_text=_logged_answer(self.text, tool_calls),
             tool_calls=tool_calls,
             total_ms=_since(self.call.started),
@@ -605,7 +596,7 @@ class _Relay:
             error=self.error,
         )
         slot = self.slot
-        _threads.submit(_logged(lambda: _captured(outcome())))
+        _threads.submit(_logged(logged))
         _threads.submit(_logged(lambda: limits.in_flight_release(slot)))
 
 

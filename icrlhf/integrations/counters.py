@@ -44,19 +44,36 @@ return false
 
 
 @memoized
+def _client(location: str) -> redis.Redis:
+    return redis.Redis.from_url(location)
+
+
+@memoized
 def _scripts(location: str) -> tuple[Script, Script]:
-    client = redis.Redis.from_url(location)
+    client = _client(location)
     return client.register_script(_ADD), client.register_script(_SUBTRACT)
 
 
-def _redis_scripts() -> tuple[Script, Script] | None:
-    """The scripts on the cache's Redis, or None when the cache is not Redis. Read from the
-    settings on every call: tests change them."""
+def _redis_location() -> str | None:
+    """The cache's Redis, or None when the cache is not Redis. Read from the settings on
+    every call: tests change them."""
     configured = settings.CACHES["default"]
     if configured["BACKEND"] != _REDIS_CACHE:
         return None
     location = configured["LOCATION"]
-    return _scripts(location if isinstance(location, str) else location[0])
+    return location if isinstance(location, str) else location[0]
+
+
+def cache_redis() -> redis.Redis | None:
+    """A client of the cache's Redis (shared by the process's threads), or None when the
+    cache is not Redis."""
+    location = _redis_location()
+    return None if location is None else _client(location)
+
+
+def _redis_scripts() -> tuple[Script, Script] | None:
+    location = _redis_location()
+    return None if location is None else _scripts(location)
 
 
 def add(key: str, amount: int, *, timeout_s: int, plus: Sequence[str] = ()) -> int:

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from icrlhf.ingest.models import IntegrationToken
+from icrlhf.integrations import journal
 from icrlhf.integrations.redaction import scrub
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
@@ -86,11 +88,14 @@ def _target(
     if token is not None:
         runs = runs.filter(token=token)
     if call_id is not None:
-        step = (
-            Step.objects.select_related("trajectory", "call")
-            .filter(call_id=call_id, trajectory__in=runs)
-            .first()
+        steps = Step.objects.select_related("trajectory", "call").filter(
+            call_id=call_id, trajectory__in=runs
         )
+        step = steps.first()
+        # A call answered a moment ago may still be on its way to the log (the gateway writes
+        # it after the answer): wait for it, then look again.
+        if step is None and journal.waited_for(journal.CALLS, str(call_id), timeout_s=5.0):
+            step = steps.first()
         if step is None:
             raise FeedbackTargetMissing(
                 f"No call {call_id} made with this token. A call is logged once its answer "
@@ -99,8 +104,22 @@ def _target(
             )
         return step.trajectory, step
     reference = (trajectory_ref or "").strip()
-    # The trajectory's own id first (an application's key that looks like one names no other
-    # run); then the caller's key. Runs grouped by their messages have no key: "" names none.
+    found = _run_named(runs, reference)
+    # A run whose first call was answered a moment ago may still be on its way to the log.
+    if found is None and journal.waited_for_all(journal.CALLS, timeout_s=5.0):
+        found = _run_named(runs, reference)
+    if found is None:
+        raise FeedbackTargetMissing(
+            f"No trajectory “{reference}” made with this token (give the id you sent as "
+            "X-Icrlhf-Trajectory or metadata.trajectory_id, or the trajectory's own id)."
+        )
+    return found, None
+
+
+def _run_named(runs: QuerySet[Trajectory], reference: str) -> Trajectory | None:
+    """The run `reference` names among `runs`: the trajectory's own id first (an
+    application's key that looks like one names no other run); then the caller's key. Runs
+    grouped by their messages have no key: "" names none."""
     try:
         found = runs.filter(pk=uuid.UUID(reference)).first()
     except ValueError:
@@ -113,12 +132,7 @@ def _target(
                 "users (`user`): give the trajectory's own id (the feedback's trajectory_id)."
             )
         found = named[0] if named else None
-    if found is None:
-        raise FeedbackTargetMissing(
-            f"No trajectory “{reference}” made with this token (give the id you sent as "
-            "X-Icrlhf-Trajectory or metadata.trajectory_id, or the trajectory's own id)."
-        )
-    return found, None
+    return found
 
 
 @dataclass(frozen=True)

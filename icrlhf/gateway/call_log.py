@@ -1,0 +1,72 @@
+"""A call's log row and its run's step, written after its answer, then its capture.
+
+The view hands the row over to the call-log journal (`integrations.journal`: one Redis round
+trip, durable) and answers; the gateway process's writer thread writes it, one writer across
+all processes, in the order the calls were answered. An application that posts feedback on a
+call as soon as it has the answer finds the row: the feedback waits while the row is still in
+the journal (`trajectories.feedback`). A process killed mid-burst leaves its rows in the
+journal; the next writer, or the worker's sweep while no gateway runs, writes them.
+
+Without Redis (the tests' cache) the row is written in place, before the answer."""
+
+import logging
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from typing import Any
+
+from django.db import close_old_connections
+
+from icrlhf.gateway import capture
+from icrlhf.gateway.models import Call
+from icrlhf.gateway.services import CallLogged, call_record
+from icrlhf.integrations import journal
+
+logger = logging.getLogger(__name__)
+
+# Captures have threads of their own: however many wait, the writer stays free (what is still
+# waiting when the process stops is captured by the sweep).
+_capture_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="gateway-capture")
+
+
+def call_log(logged: CallLogged) -> None:
+    """Log the call: through the journal, or in place when there is none (or it cannot be
+    reached: a row written late is better than one lost)."""
+    if journal.available():
+        try:
+            journal.add(journal.CALLS, logged.call_id, asdict(logged))
+            return
+        except journal.JournalUnavailable as error:
+            logger.warning("Call %s logged in place: %s", logged.call_id, error)
+    _written(call_record(logged))
+
+
+def entry_write(entry: dict[str, Any]) -> None:
+    """A journal entry's row, written (the writer's `write`)."""
+    close_old_connections()  # the writer's thread lives as long as the process
+    _written(call_record(CallLogged(**entry)))
+
+
+def _written(call: Call | None) -> None:
+    """Send the call to review if it was chosen for it, on a thread nobody waits for: a
+    capture never delays the next row."""
+    if call is not None and call.capture in capture.CAPTURING:
+        _capture_threads.submit(_captured, call.pk)
+
+
+def _captured(call_id: uuid.UUID) -> None:
+    close_old_connections()
+    try:
+        capture.call_capture(call_id=call_id)
+    except Exception:
+        logger.exception("Gateway call %s could not be captured", call_id)
+
+
+def writer() -> journal.Writer:
+    """The call log's writer, for the gateway process to start, and stop at its end."""
+    return journal.Writer(journal.CALLS, entry_write)
+
+
+def journal_sweep() -> int:
+    """Write the rows no gateway is writing (the worker's periodic sweep)."""
+    return journal.sweep(journal.CALLS, entry_write)

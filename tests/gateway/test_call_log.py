@@ -1,0 +1,170 @@
+"""The call log written after the answer, through the journal on the machine's Redis: the
+answer does not wait for its row; the writer writes the row and the run's step, redacted,
+once and in the order the calls were answered; feedback posted as soon as the answer arrives
+finds its call and its run. (A gateway process killed mid-burst:
+tests/integration/test_call_log_kill.py.)"""
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from icrlhf.gateway import call_log, services
+from icrlhf.gateway.models import Call
+from icrlhf.ingest.models import IntegrationToken
+from icrlhf.ingest.services import token_create
+from icrlhf.integrations import journal
+from icrlhf.trajectories.feedback import feedback_record
+from icrlhf.trajectories.models import Trajectory
+from tests.conftest import LLMAnswer
+from tests.factories import QueueFactory
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections
+    pytest.mark.urls("icrlhf.gateway.urls"),
+    pytest.mark.usefixtures("vector_store", "gateway_threads", "journal_in_redis"),
+]
+
+
+@pytest.fixture
+def journal_in_redis(settings: Any) -> None:
+    """The machine's Redis as the cache, under a key prefix of the test's own."""
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": settings.CELERY_BROKER_URL,
+            "KEY_PREFIX": f"call-log-test-{uuid.uuid4().hex[:8]}",
+        }
+    }
+
+
+def app() -> tuple[Client, Any, IntegrationToken]:
+    queue = QueueFactory(slug="helpdesk", capture_below_similarity=None)
+    record, secret = token_create(queue=queue, name="app")
+    return Client(headers={"Authorization": f"Bearer {secret}"}), queue, record
+
+
+def ask(
+    client: Client, messages: list[dict[str, Any]], headers: dict[str, str] | None = None
+) -> str:
+    payload = {"model": "helpdesk", "messages": messages}
+    response = client.post(
+        "/v1/chat/completions", json.dumps(payload), "application/json", headers=headers
+    )
+    assert response.status_code == 200
+    return str(response["X-Icrlhf-Call"])
+
+
+def test_the_answer_goes_first_and_the_writer_writes_its_row_and_step_redacted(
+    llm_answer: LLMAnswer, settings: Any
+) -> None:
+    settings.REDACTION = "all"
+    client, queue, _ = app()
+    llm_answer("We will write to you.")
+
+    call_id = ask(client, [{"role": "user", "content": "I am jane@example.com, help"}])
+
+    assert not Call.objects.filter(pk=call_id).exists()
+    assert journal.pending(journal.CALLS, call_id)
+    assert call_log.writer().drain() == 1
+    call = Call.objects.get(pk=call_id)
+    assert (call.queue, call.answer_text, call.status_code) == (queue, "We will write to you.", 200)
+    assert "jane@example.com" not in call.request_text + json.dumps(call.context)
+    assert call.step.trajectory.steps.count() == 1
+    assert not journal.pending(journal.CALLS, call_id)
+
+
+def test_an_entry_written_twice_is_one_row_and_one_step(llm_answer: LLMAnswer) -> None:
+    client, _, _ = app()
+    llm_answer("Answer.")
+    call_id = ask(client, [{"role": "user", "content": "Where is my card?"}])
+    entries, _, _ = journal._keys(journal.CALLS)
+    raw = journal._client().hget(entries, call_id)
+    assert raw is not None
+    entry = json.loads(raw)["entry"]
+
+    call_log.entry_write(entry)
+    call_log.entry_write(entry)
+
+    assert Call.objects.filter(pk=call_id).count() == 1
+    assert services.call_record(services.CallLogged(**entry)) is None
+    assert Trajectory.objects.get().steps.count() == 1
+
+
+def test_an_agents_calls_are_written_in_the_order_answered_as_one_run(
+    llm_answer: LLMAnswer,
+) -> None:
+    client, _, _ = app()
+    llm_answer("Which order?")
+    first = [{"role": "user", "content": "Where is my parcel?"}]
+    ask(client, first)
+    llm_answer("It left today.")
+    ask(
+        client,
+        [
+            *first,
+            {"role": "assistant", "content": "Which order?"},
+            {"role": "user", "content": "1234"},
+        ],
+    )
+
+    assert call_log.writer().drain() == 2
+
+    run = Trajectory.objects.get()  # the second call continued the first's run
+    assert [step.action_text for step in run.steps.order_by("position")] == [
+        "Which order?",
+        "It left today.",
+    ]
+
+
+def test_feedback_posted_as_the_answer_arrives_finds_its_call_and_its_run(
+    llm_answer: LLMAnswer,
+) -> None:
+    client, queue, token = app()
+    llm_answer("Done.")
+    on_call = ask(client, [{"role": "user", "content": "Cancel my order"}])
+    ask(
+        client,
+        [{"role": "user", "content": "Refund me"}],
+        headers={"X-Icrlhf-Trajectory": "refund-7"},
+    )
+    # The writer comes a moment later, as under load; the feedback does not 404 meanwhile.
+    threading.Timer(0.3, call_log.writer().drain).start()
+
+    by_call = feedback_record(
+        queue=queue,
+        token=token,
+        call_id=uuid.UUID(on_call),
+        trajectory_ref=None,
+        reward=1.0,
+        success=None,
+    )
+    by_run = feedback_record(
+        queue=queue,
+        token=token,
+        call_id=None,
+        trajectory_ref="refund-7",
+        reward=None,
+        success=True,
+    )
+
+    assert by_call.feedback.step is not None and str(by_call.feedback.step.call_id) == on_call
+    assert by_run.feedback.trajectory.key == "refund-7"
+
+
+def test_a_journal_out_of_reach_logs_the_call_in_place(
+    llm_answer: LLMAnswer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreachable(*_: Any) -> None:
+        raise journal.JournalUnavailable("Redis went away")
+
+    monkeypatch.setattr(journal, "add", unreachable)  # test double: Redis failing on add only
+    client, _, _ = app()
+    llm_answer("Answer.")
+
+    call_id = ask(client, [{"role": "user", "content": "Where is my card?"}])
+
+    assert Call.objects.filter(pk=call_id).exists()
