@@ -350,6 +350,9 @@ def _logged(slug: str, since: float) -> dict[str, Any]:
     """What the gateway's call log says of a run's calls: how many it answered from memory,
     and how long their retrieval took."""
     from icrlhf.gateway.models import Call
+    from icrlhf.integrations import journal
+
+    journal.waited_for_all(journal.CALLS, timeout_s=60)  # the gateway logs after answering
 
     calls = Call.objects.filter(
         queue__slug=slug, created_at__gte=datetime.fromtimestamp(since, tz=UTC)

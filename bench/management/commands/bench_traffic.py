@@ -109,6 +109,7 @@ def _replay(options: dict[str, Any]) -> dict[str, Any]:
     from bench.learning import label_of
     from icrlhf.gateway.models import Call
     from icrlhf.ingest.services import token_create
+    from icrlhf.integrations import journal
     from icrlhf.queues.models import Queue
 
     labels: list[str] = json.loads(
@@ -163,6 +164,7 @@ def _replay(options: dict[str, Any]) -> dict[str, Any]:
                 decisions += _review(queue, reviewer, gold_of, labels, label_of)
     decisions += _review(queue, reviewer, gold_of, labels, label_of)
 
+    journal.waited_for_all(journal.CALLS, timeout_s=60)  # the gateway logs after answering
     rows = {
         str(pk): (holdout, capture)
         for pk, holdout, capture in Call.objects.filter(queue=queue).values_list(
