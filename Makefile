@@ -140,6 +140,7 @@ bench: install-test models secret-key loadgen java
 	else echo "No PostgreSQL answers: the pipeline and review benchmarks ran on SQLite only."; fi
 	$(BIN)/python manage.py bench_workbench $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_gateway $(BENCH_ARGS)
+	$(BIN)/python manage.py bench_embedders $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_curation $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_export $(BENCH_ARGS)
 	$(BIN)/python manage.py bench_learning $(BENCH_ARGS)
