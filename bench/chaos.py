@@ -1,19 +1,27 @@
 """The fault suite's scenarios: the product's real loop under injected faults.
 
 Runs inside the throw-away world of `manage.py chaos`, with Django set up. It owns a private
-broker (a real Valkey server it can kill), real Celery workers (which it can kill -9), a local
-OpenAI-compatible endpoint that misbehaves on demand, and the worker's Qdrant local store.
-Each scenario creates items through the services, injects one fault, waits for recovery,
-then decides what is reviewable like a reviewer would, and counts what was lost or stuck.
+broker (a real Valkey server it can kill, which is also the cache's Redis), real Celery workers
+(which it can kill -9), the real gateway process (likewise), a local OpenAI-compatible endpoint
+that misbehaves on demand, and the worker's Qdrant local store. Each scenario creates items
+through the services (or calls the gateway as an application does), injects one fault, waits
+for recovery, then decides what is reviewable like a reviewer would, and counts what was lost
+or stuck.
 """
 
+import http.client
+import json
 import os
 import signal
 import subprocess
+import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,16 +30,28 @@ from django.contrib.auth.models import User
 from django.db.models import Max
 from kombu.exceptions import OperationalError
 
+from icrlhf.gateway.models import Call
 from icrlhf.generation.models import Candidate
 from icrlhf.generation.services import item_create
+from icrlhf.ingest.models import Scope
+from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example
 from icrlhf.memory.tasks import memory_check
 from icrlhf.memory.through_worker import run_in_worker
-from icrlhf.ops.stack import Child, Stack, celery_worker_command, free_port, wait_until
+from icrlhf.ops.stack import (
+    Child,
+    Stack,
+    celery_worker_command,
+    free_port,
+    gateway_command,
+    http_ok,
+    wait_until,
+)
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.claims import DecisionConflict
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
+from icrlhf.trajectories.models import Step
 from tests.support.fixed_latency_llm import FaultyLLM
 
 RECOVERY_S = 150  # a scenario's items must settle within this, or they count as stuck
@@ -49,6 +69,10 @@ class Outcome:
     candidates_stuck: int = 0
     examples_unindexed: int = 0
     max_attempts: int = 0
+    # Gateway calls answered (a 200 with its call id), and those of them not in the call log
+    # with their run's step once the scenario settled.
+    calls_answered: int = 0
+    calls_lost: int = 0
     notes: list[str] = field(default_factory=list)
 
     def add(self, other: "Outcome") -> None:
@@ -59,11 +83,13 @@ class Outcome:
         self.candidates_stuck += other.candidates_stuck
         self.examples_unindexed += other.examples_unindexed
         self.max_attempts = max(self.max_attempts, other.max_attempts)
+        self.calls_answered += other.calls_answered
+        self.calls_lost += other.calls_lost
         self.notes += other.notes
 
 
 class ChaosWorld:
-    """The parts a scenario can break: broker, workers, LLM endpoint, vector store."""
+    """The parts a scenario can break: broker, workers, gateway, LLM endpoint, vector store."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -162,6 +188,34 @@ class ChaosWorld:
             except subprocess.TimeoutExpired:
                 os.killpg(child.process.pid, signal.SIGKILL)
         self.workers.clear()
+
+    # --- gateway ----------------------------------------------------------------------------
+    def gateway_start(self) -> tuple[Child, str]:
+        """The real gateway (uvicorn, one process) on the world's database, broker and cache's
+        Redis (so its call-log journal is the workers' too), calling the world's LLM endpoint;
+        returns it and its API base once it answers."""
+        port = free_port()
+        child = self.stack.spawn(
+            "gateway",
+            gateway_command(port, workers=1),
+            env={**self.worker_env, "LLM_API_BASE": self.llm.api_base},
+        )
+        base = f"http://127.0.0.1:{port}"
+
+        def ready() -> bool:
+            if child.process.poll() is not None:
+                raise RuntimeError(f"The gateway exited; see {child.log}")
+            return http_ok(f"{base}/healthz")
+
+        wait_until(ready, timeout_s=60, what="The gateway")
+        return child, f"{base}/v1"
+
+    def gateway_kill(self, gateway: Child) -> None:
+        """kill -9 the gateway: its writer neither drains the journal nor lets its lock go."""
+        if gateway.process.poll() is None:
+            os.killpg(gateway.process.pid, signal.SIGKILL)
+        gateway.process.wait()
+        self.stack.children.remove(gateway)
 
     def stop(self) -> None:
         self.worker_kill()
@@ -369,8 +423,100 @@ def llm_flaky(world: ChaosWorld) -> Outcome:
     return _llm_fault(world, "LLM answers 429, then recovers", fault="rate_limit", failures=6)
 
 
+GATEWAY_CLIENTS, GATEWAY_CALLS_EACH = 16, 4
+GATEWAY_KILL_AFTER = 12  # answers
+
+
+def _calls_burst(
+    api_base: str, token: str, model: str, *, kill: Callable[[], None]
+) -> tuple[list[str], int]:
+    """Calls the gateway from GATEWAY_CLIENTS clients at once and runs `kill` once
+    GATEWAY_KILL_AFTER calls were answered; returns the ids of the calls answered (each 200's
+    X-Icrlhf-Call, read to its end) and how many calls were not."""
+    answered: list[str] = []
+    failed: list[int] = []
+    enough = threading.Event()
+
+    def call(n: int) -> None:
+        body = {"model": model, "messages": [{"role": "user", "content": f"Chaos question {n}"}]}
+        request = urllib.request.Request(
+            f"{api_base}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:  # noqa: S310 (loopback)
+                response.read()
+                answered.append(response.headers["X-Icrlhf-Call"])
+        except (urllib.error.URLError, http.client.HTTPException, OSError):
+            failed.append(n)  # refused, or cut off by the kill: never answered, nothing owed
+            return
+        if len(answered) >= GATEWAY_KILL_AFTER:
+            enough.set()
+
+    with ThreadPoolExecutor(GATEWAY_CLIENTS) as clients:
+        for n in range(GATEWAY_CLIENTS * GATEWAY_CALLS_EACH):
+            clients.submit(call, n)
+        enough.wait(timeout=60)
+        kill()
+    return answered, len(failed)
+
+
+def gateway_killed(world: ChaosWorld) -> Outcome:
+    """kill -9 the gateway in the middle of a burst of calls. It answers before it logs (the
+    row goes to the journal in Redis, its writer thread writes it): the rows it had not written
+    are written by the worker's periodic sweep once the dead writer's lock has expired. Every
+    call answered must then be in the log with its run's step; a row cannot be there twice
+    (the call's id is its key, and its step's)."""
+    world.llm.latency_s = 0.2
+    queue = Queue.objects.create(
+        slug=f"chaos-gw-{uuid.uuid4().hex[:6]}", name="Chaos gateway", api_base=world.llm.api_base
+    )
+    token = token_create(queue=queue, name="chaos", scopes=[Scope.GATEWAY.value])[1]
+    gateway, api_base = world.gateway_start()
+    answered, failed = _calls_burst(
+        api_base, token, queue.slug, kill=lambda: world.gateway_kill(gateway)
+    )
+    logged_at_kill = Step.objects.filter(call_id__in=answered).count()
+    killed = time.monotonic()
+
+    def unlogged() -> int:
+        return len(set(answered)) - Step.objects.filter(call_id__in=answered).count()
+
+    deadline = killed + RECOVERY_S
+    while unlogged() and time.monotonic() < deadline:
+        world.workers_revive()
+        time.sleep(0.5)
+    lost = unlogged() + len(answered) - len(set(answered))  # an id answered twice: one lost
+    notes = [
+        f"{len(answered)} calls answered, {failed} cut off by the kill or refused; "
+        f"{logged_at_kill} in the call log with their step at the kill, "
+        f"{len(answered) - lost} {time.monotonic() - killed:.1f} s later"
+    ]
+    if len(answered) < GATEWAY_KILL_AFTER or not failed:
+        notes.append("the gateway was not killed mid-burst: the scenario proved less")
+        notes += [f"gateway log: {line}" for line in _log_tail(gateway.log)]
+    if lost:
+        notes.append(f"{Call.objects.filter(pk__in=answered).count()} answered calls have a row")
+        notes += [f"worker log: {line}" for line in world._worker_log_tail()]
+    notes += [f"{note}; started again, as its supervisor would" for note in world.worker_restarts]
+    world.worker_restarts = []
+    return Outcome(
+        fault="gateway killed (kill -9) mid-burst",
+        runs=1,
+        calls_answered=len(answered),
+        calls_lost=lost,
+        notes=notes,
+    )
+
+
+def _log_tail(log: Path, lines: int = 15) -> list[str]:
+    return log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
+
+
 SCENARIOS: dict[str, Callable[[ChaosWorld], Outcome]] = {
     "worker_killed": worker_killed,
+    "gateway_killed": gateway_killed,
     "broker_restart_generating": broker_restart_generating,
     "broker_restart_deciding": broker_restart_deciding,
     "vector_store_down": vector_store_down,

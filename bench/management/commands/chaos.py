@@ -3,7 +3,8 @@
 Builds a throw-away world (SQLite file, Qdrant local folder, a private Valkey broker on a free
 port) and runs the scenarios of bench.chaos in a child process configured for it: short
 LLM timeout, sweepers every second. Prints, per fault: runs, decisions made, decisions lost,
-items stuck, candidates stuck, examples not indexed, the most attempts any candidate took."""
+items stuck, candidates stuck, examples not indexed, the most attempts any candidate took,
+gateway calls answered and answered calls lost from the call log."""
 
 import json
 from pathlib import Path
@@ -34,6 +35,8 @@ _COLUMNS = (
     ("candidates_stuck", "candidates stuck"),
     ("examples_unindexed", "examples unindexed"),
     ("max_attempts", "max attempts"),
+    ("calls_answered", "calls answered"),
+    ("calls_lost", "calls lost"),
 )
 _TOTALS = (
     "decisions_made",
@@ -41,11 +44,16 @@ _TOTALS = (
     "items_stuck",
     "candidates_stuck",
     "examples_unindexed",
+    "calls_answered",
+    "calls_lost",
 )
 
 
 class Command(WorldCommand):
-    help = "Inject faults into the real loop (worker, broker, vector store, LLM); print a table."
+    help = (
+        "Inject faults into the real loop (worker, broker, gateway, vector store, LLM); "
+        "print a table."
+    )
 
     def add_options(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -93,6 +101,7 @@ class Command(WorldCommand):
         self.stdout.write(
             f"Total: {result['decisions_made']} decisions made, {result['decisions_lost']} lost, "
             f"{result['items_stuck']} items stuck, {result['candidates_stuck']} candidates stuck, "
-            f"{result['examples_unindexed']} examples not indexed"
+            f"{result['examples_unindexed']} examples not indexed, "
+            f"{result['calls_answered']} gateway calls answered, {result['calls_lost']} lost"
         )
         self.stdout.write(f"Table as JSON: {Path(options['out']) / 'chaos.json'}")
