@@ -138,6 +138,25 @@ def vector_store(tmp_path: Path, settings: Any) -> Iterator[Path]:
     vectors.close()
 
 
+def cache_in_redis(settings: Any, *, prefix: str = "") -> str:
+    """Django's cache in the machine's Redis (the counters' and the call-log journal's home),
+    under a key prefix of the test's own, which it returns."""
+    prefix = prefix or f"test-{uuid.uuid4().hex[:8]}"
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": settings.CELERY_BROKER_URL,
+            "KEY_PREFIX": prefix,
+        }
+    }
+    return prefix
+
+
+@pytest.fixture
+def redis_cache(settings: Any) -> str:
+    return cache_in_redis(settings)
+
+
 @pytest.fixture(scope="session")
 def fixed_llm() -> Iterator[FixedLatencyLLM]:
     llm = FixedLatencyLLM(latency_s=0.05).start()

@@ -285,6 +285,12 @@ def search(
             with_payload=with_payload,
             with_vectors=with_vectors,
         )
+    return _hits(result.points)
+
+
+def _hits(points: Sequence[Any]) -> list[Hit]:
+    """Scored points (qdrant-client's or Qdrant Edge's: the same fields, the one unnamed
+    vector) as hits."""
     return [
         Hit(
             id=uuid.UUID(str(point.id)),
@@ -292,7 +298,7 @@ def search(
             vector=cast(list[float], point.vector or []),
             payload=dict(point.payload or {}),
         )
-        for point in result.points
+        for point in points
     ]
 
 
@@ -312,25 +318,18 @@ def _mirror_search(
         FieldCondition(key=key, match=MatchAny(any=cast("list[str] | list[int]", list(values))))
         for key, values in match.items()
     ]
-    found = shard.query(
-        QueryRequest(
-            limit=limit,
-            query=Query.Nearest(query, using=""),
-            filter=Filter(must=conditions) if conditions else None,
-            score_threshold=min_score,
-            with_payload=with_payload,
-            with_vector=with_vectors,
+    return _hits(
+        shard.query(
+            QueryRequest(
+                limit=limit,
+                query=Query.Nearest(query, using=""),
+                filter=Filter(must=conditions) if conditions else None,
+                score_threshold=min_score,
+                with_payload=with_payload,
+                with_vector=with_vectors,
+            )
         )
     )
-    return [
-        Hit(
-            id=uuid.UUID(str(point.id)),
-            score=float(point.score),
-            vector=cast(list[float], point.vector or []),  # the one, unnamed vector
-            payload=dict(point.payload or {}),
-        )
-        for point in found
-    ]
 
 
 def count(*, collection: str) -> int:

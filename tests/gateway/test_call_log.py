@@ -25,20 +25,8 @@ from tests.factories import QueueFactory
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections
     pytest.mark.urls("icrlhf.gateway.urls"),
-    pytest.mark.usefixtures("vector_store", "gateway_threads", "journal_in_redis"),
+    pytest.mark.usefixtures("vector_store", "gateway_threads", "redis_cache"),
 ]
-
-
-@pytest.fixture
-def journal_in_redis(settings: Any) -> None:
-    """The machine's Redis as the cache, under a key prefix of the test's own."""
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": settings.CELERY_BROKER_URL,
-            "KEY_PREFIX": f"call-log-test-{uuid.uuid4().hex[:8]}",
-        }
-    }
 
 
 def app() -> tuple[Client, Any, IntegrationToken]:

@@ -7,7 +7,6 @@ import json
 import threading
 import urllib.error
 import urllib.request
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from icrlhf.gateway import call_log
 from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from icrlhf.trajectories.models import Step
-from tests.conftest import GatewayProcess, wait_for
+from tests.conftest import GatewayProcess, cache_in_redis, wait_for
 from tests.factories import QueueFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
@@ -33,14 +32,7 @@ def test_every_call_answered_before_the_gateway_is_killed_is_in_the_log(
     tmp_path: Path, settings: Any
 ) -> None:
     # The gateway process and this test share the cache's Redis, under this test's prefix.
-    prefix = f"icrlhf-kill-test-{uuid.uuid4().hex[:8]}"
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": settings.CELERY_BROKER_URL,
-            "KEY_PREFIX": prefix,
-        }
-    }
+    prefix = cache_in_redis(settings)
     queue = QueueFactory(slug="desk", capture_below_similarity=None)
     token = token_create(queue=queue, name="app")[1]
     upstream = FixedLatencyLLM(latency_s=0.2).start()

@@ -2,7 +2,6 @@
 operation) and in Django's local-memory cache (the fallback without Redis): the same answers
 from both, atomic under threads, and readable through Django's cache."""
 
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -13,24 +12,14 @@ from django.core.cache import cache
 from icrlhf.accounts.ratelimit import attempt_allowed
 from icrlhf.gateway import limits
 from icrlhf.integrations import counters
-
-
-def _in_redis(settings: Any) -> None:
-    """The machine's Redis, under a key prefix of the test's own (every key expires)."""
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": settings.CELERY_BROKER_URL,
-            "KEY_PREFIX": f"counters-test-{uuid.uuid4().hex[:8]}",
-        }
-    }
+from tests.conftest import cache_in_redis
 
 
 @pytest.fixture(params=["redis", "memory"])
 def store(request: pytest.FixtureRequest, settings: Any) -> str:
     """Django's cache, as an install configures it: Redis or one process's memory."""
     if request.param == "redis":
-        _in_redis(settings)
+        cache_in_redis(settings)
     else:
         settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     return str(request.param)
@@ -57,7 +46,7 @@ def test_a_count_taken_back_never_comes_back_once_expired(store: str) -> None:
 def test_a_count_in_redis_lives_as_long_as_it_was_given_from_its_first_add(
     settings: Any,
 ) -> None:
-    _in_redis(settings)
+    cache_in_redis(settings)
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     key = cache.make_and_validate_key("window")
     counters.add("window", 1, timeout_s=61)

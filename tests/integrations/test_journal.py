@@ -4,7 +4,6 @@ one or by the sweep, and readers that wait for an entry on its way."""
 
 import threading
 import time
-import uuid
 from typing import Any
 
 import pytest
@@ -15,16 +14,7 @@ from tests.conftest import wait_for
 NAME = "test"
 
 
-@pytest.fixture(autouse=True)
-def in_redis(settings: Any) -> None:
-    """The machine's Redis, under a key prefix of the test's own (every key expires)."""
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": settings.CELERY_BROKER_URL,
-            "KEY_PREFIX": f"journal-test-{uuid.uuid4().hex[:8]}",
-        }
-    }
+pytestmark = pytest.mark.usefixtures("redis_cache")
 
 
 class Rows:
