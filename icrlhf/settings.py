@@ -428,10 +428,12 @@ CAPTURE_DEDUPE_WINDOW_S = env_int("CAPTURE_DEDUPE_WINDOW_S", 3600)
 # memory answers' p95 from 639 to 325 ms (bench_gateway), as 32 threads contending for one
 # interpreter cost more than the wait. Each keeps a database connection.
 GATEWAY_THREADS = env_int("GATEWAY_THREADS", 8)
-# Gateway processes `make run` starts (uvicorn's workers; docker-compose sets its own): one
-# process's Python runs on one core at a time, so one per two cores, the other core left to
-# the store's owner, the web and the database. They share the store through its owner.
-GATEWAY_PROCESSES = env_int("GATEWAY_PROCESSES", max(1, (os.cpu_count() or 1) // 2))
+# Gateway processes `make run` starts (uvicorn's workers; docker-compose sets its own). One
+# process's Python runs on one core at a time: two on two cores carried 32 clients with an
+# overhead p95 of 216 ms against one's 315 (bench_gateway), then one per two cores. They
+# share the store through its owner, and the call log's one writer.
+_CORES = os.cpu_count() or 1
+GATEWAY_PROCESSES = env_int("GATEWAY_PROCESSES", min(_CORES, max(2, _CORES // 2)))
 
 # --- Input limits ----------------------------------------------------------------------------
 ITEM_INPUT_MAX_CHARS = env_int("ITEM_INPUT_MAX_CHARS", 20_000)

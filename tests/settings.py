@@ -21,6 +21,9 @@ os.environ.setdefault("QDRANT_PATH", str(_VAR / "test" / f"qdrant-{_RUN}"))
 os.environ.setdefault("LLM_MAX_RETRIES", "2")
 # The webhook receivers the tests start listen on 127.0.0.1 (a test refuses them explicitly).
 os.environ.setdefault("WEBHOOK_ALLOW_PRIVATE", "1")
+# One gateway process (uvicorn in its own, not a supervisor of workers): a test that stops or
+# kills it stops the whole gateway. Two processes are what the benchmarks measure.
+os.environ.setdefault("GATEWAY_PROCESSES", "1")
 
 from icrlhf.settings import *  # noqa: E402, F403
 from icrlhf.settings import DATABASES, VAR_DIR  # noqa: E402
