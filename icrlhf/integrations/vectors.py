@@ -2,8 +2,9 @@
 
 With a local folder (the embedded default), qdrant-client's local mode is the store of record
 (every write goes there first), and searches run in Qdrant Edge's engine (`qdrant-edge-py`):
-each collection is mirrored, in memory, into an Edge shard built from the store on first use
-and kept in step with every write here. Local mode searches in Python (a product with every
+each collection is mirrored into an Edge shard (its files beside the store's folder, in
+`<QDRANT_PATH>-search`) built from the store on first use and kept in step with every write
+here. Local mode searches in Python (a product with every
 vector, then a copy and a pydantic object per hit; after a reload the vectors are float64):
 ~6-12 ms at 10k points, where the engine takes ~0.5 ms. Both admit one process per folder,
 the one that owns the store, which is the only one to write it.
@@ -13,12 +14,12 @@ qdrant-client is imported on first use: the web process never talks to the store
 import contextlib
 import logging
 import shutil
-import tempfile
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
@@ -109,21 +110,32 @@ def close() -> None:
 
 # Each collection's Edge shard, by name, while the store is local (see the module's note).
 _mirrors: dict[str, "EdgeShard"] = {}
-_mirror_folders: dict[str, str] = {}
 _MIRROR_PAGE = 1000
+
+type _Units = list[tuple[str, list[float], dict[str, Any]]]
+
+
+def _mirror_folder(collection: str) -> Path:
+    """Where a collection's shard keeps its files: beside the store's folder, which only one
+    process opens at a time (local mode locks it), so a folder left by a process that was
+    killed is this process's to clear."""
+    return settings.QDRANT_PATH.with_name(f"{settings.QDRANT_PATH.name}-search") / collection
 
 
 def _mirror(client: "QdrantClient", collection: str) -> "EdgeShard":
     """The collection's Edge shard, built from the store the first time it is searched
-    (~1 s for 10k points); the caller holds the local lock."""
+    (~1 s for 10k points) and searched only once it holds every point; the caller holds the
+    local lock."""
     if collection in _mirrors:
         return _mirrors[collection]
     from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams, Memory
 
     size = client.get_collection(collection).config.params.vectors.size  # type: ignore[union-attr]
-    folder = tempfile.mkdtemp(prefix=f"icrlhf-edge-{collection}-")
+    folder = _mirror_folder(collection)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     shard = EdgeShard.create(
-        folder,
+        str(folder),
         EdgeConfig(
             vectors={"": EdgeVectorParams(size=size, distance=Distance.Dot)},
             # A copy, rebuilt from the store on every start: nothing of it needs a log, and
@@ -133,28 +145,33 @@ def _mirror(client: "QdrantClient", collection: str) -> "EdgeShard":
             max_search_threads=1,
         ),
     )
+    try:
+        offset = None
+        while True:
+            points, offset = client.scroll(
+                collection, limit=_MIRROR_PAGE, offset=offset, with_payload=True, with_vectors=True
+            )
+            _edge_upsert(
+                shard,
+                [(str(p.id), cast(list[float], p.vector), dict(p.payload or {})) for p in points],
+            )
+            if offset is None:
+                break
+    except BaseException:
+        shard.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
     _mirrors[collection] = shard
-    _mirror_folders[collection] = folder
-    offset = None
-    while True:
-        points, offset = client.scroll(
-            collection, limit=_MIRROR_PAGE, offset=offset, with_payload=True, with_vectors=True
-        )
-        _mirror_upsert(
-            collection,
-            [(str(p.id), cast(list[float], p.vector), dict(p.payload or {})) for p in points],
-        )
-        if offset is None:
-            return shard
+    return shard
 
 
-def _mirror_upsert(collection: str, points: list[tuple[str, list[float], dict[str, Any]]]) -> None:
-    if collection not in _mirrors or not points:
+def _edge_upsert(shard: "EdgeShard", points: _Units) -> None:
+    if not points:
         return
     from qdrant_edge import Point as EdgePoint
     from qdrant_edge import UpdateOperation
 
-    _mirrors[collection].update(
+    shard.update(
         UpdateOperation.upsert_points(
             [
                 EdgePoint(id=pid, vector={"": vector}, payload=payload)
@@ -169,7 +186,7 @@ def _mirror_drop(collection: str) -> None:
     shard = _mirrors.pop(collection, None)
     if shard is not None:
         shard.close()
-    shutil.rmtree(_mirror_folders.pop(collection, ""), ignore_errors=True)
+        shutil.rmtree(_mirror_folder(collection), ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -215,8 +232,9 @@ def upsert(*, collection: str, points: Sequence[Point]) -> None:
             ],
             wait=True,
         )
-        with _mirrored(collection):
-            _mirror_upsert(collection, units)
+        if collection in _mirrors:
+            with _mirrored(collection):
+                _edge_upsert(_mirrors[collection], units)
 
 
 def delete(*, collection: str, ids: Sequence[uuid.UUID]) -> None:

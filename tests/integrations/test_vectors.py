@@ -113,15 +113,37 @@ def test_a_mirror_that_falls_out_of_step_is_rebuilt_and_the_write_stands(
     points = _points(50, seed=5)
     vectors.upsert(collection="c", points=points[:40])
     vectors.search(collection="c", vector=points[0].vector, limit=1, match={})
-    real = vectors._mirror_upsert
+    real = vectors._edge_upsert
 
-    def failing(collection: str, added: Any) -> None:
+    def failing(shard: Any, added: Any) -> None:
         raise RuntimeError("the engine refused")
 
-    monkeypatch.setattr(vectors, "_mirror_upsert", failing)  # test double: one failed follow
+    monkeypatch.setattr(vectors, "_edge_upsert", failing)  # test double: one failed follow
     vectors.upsert(collection="c", points=points[40:])
-    monkeypatch.setattr(vectors, "_mirror_upsert", real)
+    monkeypatch.setattr(vectors, "_edge_upsert", real)
 
     assert "c" not in vectors._mirrors
     hits = vectors.search(collection="c", vector=points[45].vector, limit=1, match={})
     assert hits[0].id == points[45].id  # in the store, so in the rebuilt mirror
+
+
+@pytest.mark.usefixtures("vector_store")
+def test_a_mirror_whose_build_fails_is_never_searched_half_built(
+    monkeypatch: pytest.MonkeyPatch, vector_store: Any
+) -> None:
+    points = _points(30, seed=6)
+    vectors.upsert(collection="c", points=points)
+    real = vectors._edge_upsert
+
+    def failing(shard: Any, added: Any) -> None:
+        raise RuntimeError("the engine refused")
+
+    monkeypatch.setattr(vectors, "_edge_upsert", failing)  # test double: a build that fails
+    with pytest.raises(vectors.VectorStoreUnavailable):
+        vectors.search(collection="c", vector=points[3].vector, limit=1, match={})
+    assert "c" not in vectors._mirrors
+    monkeypatch.setattr(vectors, "_edge_upsert", real)
+
+    hits = vectors.search(collection="c", vector=points[3].vector, limit=1, match={})
+    assert hits[0].id == points[3].id
+    assert (vector_store.with_name(f"{vector_store.name}-search") / "c").is_dir()
