@@ -12,7 +12,7 @@ Without Redis (the tests' cache) the row is written in place, before the answer.
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from django.db import close_old_connections
@@ -20,7 +20,9 @@ from django.db import close_old_connections
 from icrlhf.gateway import capture
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.services import CallLogged, call_record
+from icrlhf.ingest.models import IntegrationToken
 from icrlhf.integrations import journal
+from icrlhf.queues.models import Queue
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +44,17 @@ def call_log(logged: CallLogged) -> None:
 
 
 def entry_write(entry: dict[str, Any]) -> None:
-    """A journal entry's row, written (the writer's `write`)."""
+    """A journal entry's row, written (the writer's `write`). What was deleted since the
+    answer is deleted from the row as the database would have (a queue takes its calls with
+    it, a token leaves them without one): else the entry would fail on every try."""
     close_old_connections()  # the writer's thread lives as long as the process
-    _written(call_record(CallLogged(**entry)))
+    logged = CallLogged(**entry)
+    if not Queue.objects.filter(pk=logged.queue_id).exists():
+        return
+    token_id = logged.token_id
+    if token_id is not None and not IntegrationToken.objects.filter(pk=token_id).exists():
+        logged = replace(logged, token_id=None)
+    _written(call_record(logged))
 
 
 def _written(call: Call | None) -> None:

@@ -248,7 +248,7 @@ class CallLogged:
 
     call_id: str
     queue_id: int
-    token_id: int
+    token_id: int | None  # None: the token was deleted before the row was written
     answered_at: str  # ISO 8601: the row's created_at, whenever it is written
     stream: bool
     source: str
@@ -375,7 +375,8 @@ def call_record(logged: CallLogged) -> Call | None:
             if Call.objects.filter(pk=logged.call_id).exists():
                 return None  # another writer wrote it: its step with it
             raise
-        if logged.status_code == 200:
+        # A deleted token's runs have no owner left to continue them: no step.
+        if logged.status_code == 200 and logged.token_id is not None:
             try:
                 with transaction.atomic():
                     step_record(

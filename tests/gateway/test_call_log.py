@@ -29,16 +29,19 @@ pytestmark = [
 ]
 
 
-def app() -> tuple[Client, Any, IntegrationToken]:
-    queue = QueueFactory(slug="helpdesk", capture_below_similarity=None)
+def app(slug: str = "helpdesk") -> tuple[Client, Any, IntegrationToken]:
+    queue = QueueFactory(slug=slug, capture_below_similarity=None)
     record, secret = token_create(queue=queue, name="app")
     return Client(headers={"Authorization": f"Bearer {secret}"}), queue, record
 
 
 def ask(
-    client: Client, messages: list[dict[str, Any]], headers: dict[str, str] | None = None
+    client: Client,
+    messages: list[dict[str, Any]],
+    headers: dict[str, str] | None = None,
+    model: str = "helpdesk",
 ) -> str:
-    payload = {"model": "helpdesk", "messages": messages}
+    payload = {"model": model, "messages": messages}
     response = client.post(
         "/v1/chat/completions", json.dumps(payload), "application/json", headers=headers
     )
@@ -156,3 +159,26 @@ def test_a_journal_out_of_reach_logs_the_call_in_place(
     call_id = ask(client, [{"role": "user", "content": "Where is my card?"}])
 
     assert Call.objects.filter(pk=call_id).exists()
+
+
+def test_a_row_whose_queue_or_token_was_deleted_since_the_answer_leaves_the_journal(
+    llm_answer: LLMAnswer,
+) -> None:
+    client, queue, token = app()
+    llm_answer("Answer.")
+    tokenless = ask(client, [{"role": "user", "content": "Where is my card?"}])
+    token.delete()  # revoked and deleted before the writer came
+    assert call_log.writer().drain() == 1
+
+    call = Call.objects.get(pk=tokenless)
+    assert call.token is None and not hasattr(call, "step")  # no owner left for a run
+    assert not journal.pending(journal.CALLS, tokenless)
+
+    other, other_queue, _ = app(slug="desk")
+    llm_answer("Answer.")
+    queueless = ask(other, [{"role": "user", "content": "Where is my card?"}], model="desk")
+    other_queue.delete()  # its calls go with it
+    assert call_log.writer().drain() == 1
+
+    assert not Call.objects.filter(pk=queueless).exists()
+    assert not journal.pending(journal.CALLS, queueless)
