@@ -200,23 +200,26 @@ class Writer:
         keys = [first[1], *rest] if first else rest
         return [_text(key) for key in keys]
 
-    def _write_one(self, key: str) -> None:
+    def _write_one(self, key: str) -> bool:
+        """Whether this wrote the entry under `key` (not written before, nor left for later)."""
         entries, _, _ = _keys(self.name)
         client = _client()
         raw = client.hget(entries, key)
         if raw is None:  # written already (catching up wrote it before its turn came)
-            return
+            return False
         try:
             self.write(json.loads(raw)["entry"])
         except Exception:
             # Left in the hash: written by the next catching up, once the cause has passed.
             logger.exception("A %s journal entry (%s) could not be written yet", self.name, key)
-            return
+            return False
         client.hdel(entries, key)
+        return True
 
     def catch_up(self, *, older_than_s: float = 0.0) -> int:
         """Write the entries added more than `older_than_s` ago, oldest first; returns how
-        many. The caller holds the lock (or knows nobody does)."""
+        many were written (one that fails stays for the next time). The caller holds the
+        lock (or knows nobody does)."""
         entries, _, _ = _keys(self.name)
         now = time.time()
         waiting = sorted(
@@ -224,10 +227,9 @@ class Writer:
             for key, raw in _client().hgetall(entries).items()
         )
         stale = [key for added, key in waiting if now - added >= older_than_s]
-        for key in stale:
-            self._write_one(key)
+        written = sum(self._write_one(key) for key in stale)
         self._caught_up_at = time.monotonic()
-        return len(stale)
+        return written
 
     def drain(self) -> int:
         """Write everything waiting, if this writer holds the lock or can take it; then let
