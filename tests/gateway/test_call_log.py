@@ -17,7 +17,7 @@ from icrlhf.gateway.models import Call
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.ingest.services import token_create
 from icrlhf.integrations import journal
-from icrlhf.trajectories.feedback import feedback_record
+from icrlhf.trajectories.feedback import FeedbackTargetMissing, feedback_record
 from icrlhf.trajectories.models import Trajectory
 from tests.conftest import LLMAnswer
 from tests.factories import QueueFactory
@@ -182,3 +182,26 @@ def test_a_row_whose_queue_or_token_was_deleted_since_the_answer_leaves_the_jour
 
     assert not Call.objects.filter(pk=queueless).exists()
     assert not journal.pending(journal.CALLS, queueless)
+
+
+def test_another_token_of_the_queue_cannot_reach_a_call_still_on_its_way_to_the_log(
+    llm_answer: LLMAnswer,
+) -> None:
+    client, queue, _ = app()
+    other = token_create(queue=queue, name="another app")[0]
+    llm_answer("Done.")
+    call_id = ask(client, [{"role": "user", "content": "Cancel my order"}])
+    threading.Timer(0.3, call_log.writer().drain).start()
+
+    with pytest.raises(FeedbackTargetMissing):
+        feedback_record(
+            queue=queue,
+            token=other,
+            call_id=uuid.UUID(call_id),
+            trajectory_ref=None,
+            reward=0.0,
+            success=None,
+        )
+
+    step = Call.objects.get(pk=call_id).step
+    assert step.reward is None and not step.trajectory.feedback.exists()
