@@ -204,7 +204,7 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
         return authenticated
     token = authenticated
     try:
-        chat = ChatRequest.model_validate(json.loads(request.body))
+        chat = ChatRequest.model_validate(json.loads(request.body, parse_constant=_not_json))
     except RequestDataTooBig:
         return _too_large()
     except RecursionError:  # json's parser gives up on deep nesting: the caller's mistake
@@ -250,6 +250,12 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
     finally:
         if release is not None:
             await _blocking(lambda: limits.in_flight_release(slot))
+
+
+def _not_json(constant: str) -> Any:
+    """Python's parser reads NaN and Infinity, which JSON has not (and which PostgreSQL's
+    json type refuses when the call is logged): the body is not valid JSON."""
+    raise ValueError(f"{constant} is not JSON")
 
 
 def _too_large() -> JsonResponse:

@@ -246,8 +246,10 @@ def test_a_pair_of_surrogates_is_one_character_and_taken(
 # lone surrogate); `hostile` then puts one unstorable character in one string, or none.
 text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters=[NUL]), max_size=20)
 name = st.one_of(st.from_regex(r"[A-Za-z0-9_-]{1,20}", fullmatch=True), text)
+# Numbers JSON can hold: Infinity and NaN are refused as invalid JSON (a test of their own).
+finite = st.floats(allow_nan=False, allow_infinity=False)
 json_value = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | text,
+    st.none() | st.booleans() | st.integers() | finite | text,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
     max_leaves=8,
 )
@@ -392,6 +394,21 @@ def test_generated_bodies_never_fail_the_server_nor_go_unlogged(
         assert upstream.calls == asked and Call.objects.count() == calls
     if response.status_code == 200:
         assert_logged(response)
+
+
+@pytest.mark.parametrize("number", ["Infinity", "-Infinity", "NaN"])
+def test_a_number_json_has_not_is_refused_as_invalid_json(
+    client: Client, upstream: UpstreamTestDouble, number: str
+) -> None:
+    body = (
+        '{"model": "helpdesk", "messages": [{"role": "user", "content": "hi"}], '
+        f'"metadata": {{"score": {number}}}}}'
+    )
+    response = client.post(URL, body, content_type="application/json")
+
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["message"] == "The request body is not valid JSON."
+    assert upstream.calls == 0 and not Call.objects.exists()
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
