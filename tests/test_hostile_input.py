@@ -137,3 +137,63 @@ def test_oversized_bodies_are_refused_not_crashed(
     )
     assert 400 <= api.status_code < 500
     assert not Item.objects.filter(body=huge).exists()
+
+
+TICKET = {"subject": "Card lost", "body": "I lost my card."}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "place"),
+    [
+        ("/api/v1/tickets", {**TICKET, "custom": {"score": "NUMBER"}}, "custom.score"),
+        (
+            "/api/v1/tickets/batch",
+            {"tickets": [TICKET, {**TICKET, "weights": [1, "NUMBER"]}]},
+            "tickets.1.weights.1",
+        ),
+        ("/api/v1/items", {"input": "Hi", "metadata": {"score": "NUMBER"}}, "metadata.score"),
+        (
+            "/api/v1/items/batch",
+            {"items": [{"input": "Hi", "metadata": {"scores": ["NUMBER"]}}]},
+            "items.0.metadata.scores.0",
+        ),
+        (
+            "/api/v1/feedback",
+            {
+                "trajectory_id": "run-7",
+                "success": True,
+                "corrected_action": {
+                    "content": "Refunded.",
+                    "tool_calls": [
+                        {"function": {"name": "refund", "arguments": "{}", "limit": "NUMBER"}}
+                    ],
+                },
+            },
+            "corrected_action.tool_calls.0.function.limit",
+        ),
+    ],
+    ids=["ticket", "ticket-batch", "item", "item-batch", "feedback"],
+)
+@pytest.mark.parametrize("number", ["1e999", "-1e999", "NaN", "Infinity"])
+def test_a_number_json_cannot_store_is_refused_by_every_api_and_named(
+    triage_queue: Any, api_token: str, path: str, body: dict[str, Any], place: str, number: str
+) -> None:
+    """Python's parser reads NaN, Infinity and a number past the float range (1e999) as
+    floats PostgreSQL's JSON cannot hold: refused wherever they are, ignored fields too."""
+    from icrlhf.ingest.models import IntegrationToken
+    from icrlhf.trajectories.models import Feedback
+    from tests.factories import agent_step
+
+    token = IntegrationToken.objects.get()
+    agent_step(triage_queue, [{"role": "user", "content": "Refund"}], key="run-7", token=token)
+    raw = json.dumps(body).replace('"NUMBER"', number)
+
+    response = Client().post(
+        path, raw, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {api_token}"
+    )
+
+    assert response.status_code == 422, response.content
+    [problem] = response.json()["errors"]
+    assert problem["field"] == place
+    assert "must be a finite number" in problem["message"]
+    assert not Item.objects.exists() and not Feedback.objects.exists()

@@ -6,7 +6,9 @@ from typing import Any, Literal
 
 from django.conf import settings
 from ninja import Field, Schema
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
+
+from icrlhf.integrations.text_checks import refuse_unstorable_text
 
 # Spelled out for the OpenAPI schema; tests/ingest/test_api_schema.py checks it against Item.
 Priority = Literal["low", "normal", "high", "urgent"]
@@ -24,6 +26,10 @@ class TicketIn(Schema):
         "", max_length=200, description="The helpdesk's id; sending it again is idempotent."
     )
     category: str = Field("", max_length=200, description="Optional: one of the queue's.")
+
+    # The whole ticket walked once: a lone surrogate, or a number JSON cannot store, anywhere
+    # in it is refused with its place named, before anything is written.
+    _storable = model_validator(mode="wrap")(refuse_unstorable_text)
 
     @field_validator("*")
     @classmethod
@@ -94,6 +100,10 @@ class ItemIn(Schema):
     external_id: str = Field(
         "", max_length=200, description="Your id for it; sending it again is idempotent."
     )
+
+    # The whole item walked once, metadata's keys and values too: text or a number the
+    # database cannot store is refused with its place named, before anything is written.
+    _storable = model_validator(mode="wrap")(refuse_unstorable_text)
 
     @field_validator("input", "external_id")
     @classmethod

@@ -1,11 +1,14 @@
-"""Text the database can store, checked once where a request comes in.
+"""Text (and numbers) the database can store, checked once where a request comes in.
 
 PostgreSQL refuses a NUL character (0x00) in text and in JSON, and a lone surrogate (half of a
 UTF-16 pair, U+D800 to U+DFFF: what `json.loads` makes of a "\\ud800" escape without its other
-half) cannot be encoded as UTF-8 for either database. Either one, anywhere in a request that
-is stored, fails its write after the caller may have been served; so the request is refused
-before anything is done with it."""
+half) cannot be encoded as UTF-8 for either database. PostgreSQL's JSON has no NaN nor
+Infinity either, which Python's parser reads from the literals and from a number past the
+float range (`1e999`). Any of them, anywhere in a request that is stored, fails its write
+after the caller may have been served; so the request is refused before anything is done
+with it."""
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +18,10 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 _NUL = "must not contain NUL (0x00) characters"
 _SURROGATE = "must not contain a lone surrogate (a \\ud800 to \\udfff escape without its pair)"
+_NOT_FINITE = (
+    "must be a finite number (NaN, Infinity and numbers past ±1.8e308, such as 1e999, "
+    "cannot be stored)"
+)
 _UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
 # A hostile key is named in the error, escaped and cut to this many characters.
 _KEY_SHOWN = 60
@@ -29,8 +36,8 @@ class Unstorable:
 
 
 def unstorable_text(value: object) -> Unstorable | None:
-    """The first string in `value`, or in the lists and dicts (keys too) it holds at any depth,
-    that the database cannot store; None when all can be stored."""
+    """The first string or number in `value`, or in the lists and dicts (keys too) it holds at
+    any depth, that the database cannot store; None when all can be stored."""
     # Depth first, in the order the caller wrote them, and without recursion: a body nested
     # as deeply as the JSON parser allows is walked too.
     pending: list[tuple[tuple[str | int, ...], object]] = [((), value)]
@@ -39,6 +46,9 @@ def unstorable_text(value: object) -> Unstorable | None:
         if isinstance(item, str):
             if (problem := _text_problem(item)) is not None:
                 return Unstorable(location, problem)
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                return Unstorable(location, _NOT_FINITE)
         elif isinstance(item, dict):
             children: list[tuple[tuple[str | int, ...], object]] = []
             for key, child in item.items():
@@ -55,7 +65,7 @@ def refuse_unstorable_text[M: BaseModel](
     cls: type[M], data: Any, handler: ModelWrapValidatorHandler[M]
 ) -> M:
     """A schema's `model_validator(mode="wrap")`: the whole input walked once, before any
-    other validation, with the place of the first unstorable string as the error's location.
+    other validation, with the place of the first unstorable value as the error's location.
     Wrap, not before: it then sees the input as sent (django-ninja's schemas hand their before
     validators a getter instead)."""
     found = unstorable_text(data)

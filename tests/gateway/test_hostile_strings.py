@@ -411,6 +411,40 @@ def test_a_number_json_has_not_is_refused_as_invalid_json(
     assert upstream.calls == 0 and not Call.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "place",
+    [
+        ("tools", 0, "function", "parameters", "maximum"),
+        ("tools", 0, "function", "strict_limit"),  # a function's extra field, kept as sent
+        ("tool_choice", "function", "weight"),
+        ("response_format", "json_schema", "schema", "minimum"),
+        ("temperature",),
+    ],
+    ids=lambda place: ".".join(map(str, place)),
+)
+@pytest.mark.parametrize("number", ["1e999", "-1e999"])
+def test_a_number_past_the_float_range_is_refused_and_named(
+    client: Client, upstream: UpstreamTestDouble, place: tuple[str | int, ...], number: str
+) -> None:
+    """Python reads 1e999 as inf, which the call log's JSON cannot hold: the call would be
+    answered and its row refused on every try (PostgreSQL: `Token "Infinity" is invalid`)."""
+    body = json.loads(json.dumps(BODY))
+    *parents, last = place
+    container = body
+    for part in parents:
+        container = container[part]
+    container[last] = "NUMBER"
+    raw = json.dumps(body).replace('"NUMBER"', number)
+
+    response = client.post(URL, raw, content_type="application/json")
+
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["param"] == ".".join(map(str, place))
+    assert "must be a finite number" in error["message"]
+    assert upstream.calls == 0 and not Call.objects.exists()
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
 def test_an_answer_with_unstorable_text_is_served_and_logged(
     client: Client, monkeypatch: pytest.MonkeyPatch, stream: bool
