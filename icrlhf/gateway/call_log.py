@@ -5,7 +5,9 @@ trip, durable) and answers; the gateway process's writer thread writes it, one w
 all processes, in the order the calls were answered. An application that posts feedback on a
 call as soon as it has the answer finds the row: the feedback waits while the row is still in
 the journal (`trajectories.feedback`). A process killed mid-burst leaves its rows in the
-journal; the next writer, or the worker's sweep while no gateway runs, writes them.
+journal; the next writer, or the worker's sweep while no gateway runs, writes them. A row the
+database keeps refusing is set aside as a dead letter (counted on the gateway's /healthz),
+and nothing stays in the journal longer than the call log's retention.
 
 Without Redis (the tests' cache) the row is written in place, before the answer."""
 
@@ -15,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from typing import Any
 
-from django.db import close_old_connections
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 from icrlhf.gateway import capture
 from icrlhf.gateway.models import Call
@@ -36,11 +39,32 @@ def call_log(logged: CallLogged) -> None:
     reached: a row written late is better than one lost)."""
     if journal.available():
         try:
-            journal.add(journal.CALLS, logged.call_id, asdict(logged))
+            journal.add(
+                journal.CALLS, logged.call_id, asdict(logged), run=_run(logged), keep_s=_keep_s()
+            )
             return
         except journal.JournalUnavailable as error:
             logger.warning("Call %s logged in place: %s", logged.call_id, error)
     _written(call_record(logged))
+
+
+def _run(logged: CallLogged) -> journal.Run:
+    """The run the call's step joins, as far as the view knows it: its token's and end user's
+    run under its key (or, unnamed, whichever of theirs its messages continue)."""
+    return journal.Run(
+        owner=str(logged.token_id), end_user=logged.end_user, key=logged.trajectory_key
+    )
+
+
+def _keep_s() -> float:
+    """Nothing waits in the journal, nor as a dead letter, longer than the call log keeps
+    what end users wrote (CALL_RETENTION_DAYS; 0, forever: the journal's own longest)."""
+    days = settings.CALL_RETENTION_DAYS
+    return days * 24 * 3600.0 if days > 0 else journal.KEEP_S
+
+
+# The database down or busy: the entry waits, without counting a try towards a dead letter.
+_TRANSIENT = (OperationalError, InterfaceError)
 
 
 def entry_write(entry: dict[str, Any]) -> None:
@@ -74,9 +98,21 @@ def _captured(call_id: uuid.UUID) -> None:
 
 def writer() -> journal.Writer:
     """The call log's writer, for the gateway process to start, and stop at its end."""
-    return journal.Writer(journal.CALLS, entry_write)
+    return journal.Writer(journal.CALLS, entry_write, keep_s=_keep_s(), transient=_TRANSIENT)
 
 
 def journal_sweep() -> int:
     """Write the rows no gateway is writing (the worker's periodic sweep)."""
-    return journal.sweep(journal.CALLS, entry_write)
+    return journal.sweep(journal.CALLS, entry_write, keep_s=_keep_s(), transient=_TRANSIENT)
+
+
+def journal_health() -> str:
+    """The journal's line on the health page: what waits to be written, and what was set
+    aside (dead letters: rows the database kept refusing, in the gateway's log)."""
+    if not journal.available():
+        return "call log journal: none (the cache is not Redis: rows are written in place)"
+    try:
+        counts = journal.counts(journal.CALLS)
+    except journal.JournalUnavailable:
+        return "call log journal: unreachable (rows are written in place)"
+    return f"call log journal: {counts.waiting} waiting, {counts.dead_letters} dead letters"

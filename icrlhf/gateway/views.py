@@ -634,7 +634,9 @@ async def models(request: HttpRequest, model: str | None = None) -> HttpResponse
 
 @login_not_required
 async def health(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("ok", content_type="text/plain")
+    """`ok` while the process serves, then how the call log's journal stands."""
+    journal_line = await _blocking(call_log.journal_health)
+    return HttpResponse(f"ok\n{journal_line}\n", content_type="text/plain")
 
 
 def not_found(request: HttpRequest, exception: Exception) -> JsonResponse:

@@ -93,8 +93,11 @@ def _target(
         )
         step = steps.first()
         # A call answered a moment ago may still be on its way to the log (the gateway writes
-        # it after the answer): wait for it, then look again.
-        if step is None and journal.waited_for(journal.CALLS, str(call_id), timeout_s=5.0):
+        # it after the answer): wait for it, if it is the token's, then look again.
+        owner = None if token is None else str(token.pk)
+        if step is None and journal.waited_for(
+            journal.CALLS, str(call_id), owner=owner, timeout_s=5.0
+        ):
             step = steps.first()
         if step is None:
             raise FeedbackTargetMissing(
@@ -105,8 +108,16 @@ def _target(
         return step.trajectory, step
     reference = (trajectory_ref or "").strip()
     found = _run_named(runs, reference)
-    # A run whose first call was answered a moment ago may still be on its way to the log.
-    if found is None and journal.waited_for_all(journal.CALLS, timeout_s=5.0):
+    # A run whose first call was answered a moment ago may still be on its way to the log:
+    # wait for the token's own calls that named it, and for nothing else (a name no call
+    # used answers at once, whatever else is on its way).
+    if (
+        found is None
+        and token is not None
+        and journal.waited_for_run(
+            journal.CALLS, owner=str(token.pk), run_key=reference, timeout_s=5.0
+        )
+    ):
         found = _run_named(runs, reference)
     if found is None:
         raise FeedbackTargetMissing(

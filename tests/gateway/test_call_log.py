@@ -1,11 +1,13 @@
 """The call log written after the answer, through the journal on the machine's Redis: the
 answer does not wait for its row; the writer writes the row and the run's step, redacted,
 once and in the order the calls were answered; feedback posted as soon as the answer arrives
-finds its call and its run. (A gateway process killed mid-burst:
+finds its call and its run, and waits for nothing else; a row the database keeps refusing
+becomes a dead letter, on the health page. (A gateway process killed mid-burst:
 tests/integration/test_call_log_kill.py.)"""
 
 import json
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -19,7 +21,7 @@ from icrlhf.ingest.services import token_create
 from icrlhf.integrations import journal
 from icrlhf.trajectories.feedback import FeedbackTargetMissing, feedback_record
 from icrlhf.trajectories.models import Trajectory
-from tests.conftest import LLMAnswer
+from tests.conftest import LLMAnswer, wait_for
 from tests.factories import QueueFactory
 
 pytestmark = [
@@ -149,7 +151,7 @@ def test_feedback_posted_as_the_answer_arrives_finds_its_call_and_its_run(
 def test_a_journal_out_of_reach_logs_the_call_in_place(
     llm_answer: LLMAnswer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def unreachable(*_: Any) -> None:
+    def unreachable(*_: Any, **__: Any) -> None:
         raise journal.JournalUnavailable("Redis went away")
 
     monkeypatch.setattr(journal, "add", unreachable)  # test double: Redis failing on add only
@@ -203,5 +205,96 @@ def test_another_token_of_the_queue_cannot_reach_a_call_still_on_its_way_to_the_
             success=None,
         )
 
-    step = Call.objects.get(pk=call_id).step
-    assert step.reward is None and not step.trajectory.feedback.exists()
+    call = wait_for(lambda: Call.objects.filter(pk=call_id).first(), what="the row written")
+    assert call.step.reward is None and not call.step.trajectory.feedback.exists()
+
+
+def test_feedback_on_a_run_no_pending_call_of_its_token_named_answers_at_once(
+    llm_answer: LLMAnswer,
+) -> None:
+    """Feedback waits for the token's own calls that named the run, and for no others: not
+    another token's (another tenant's) pending calls, nor the same token's under other keys."""
+    client, queue, token = app()
+    other, _, _ = app(slug="desk")
+    llm_answer("Done.")
+    ask(other, [{"role": "user", "content": "Hi"}], {"X-Icrlhf-Trajectory": "run-1"}, "desk")
+    ask(client, [{"role": "user", "content": "Hi"}], {"X-Icrlhf-Trajectory": "run-2"})
+    ask(client, [{"role": "user", "content": "Hello"}])
+    another_tokens_call = ask(other, [{"role": "user", "content": "Hey"}], model="desk")
+    assert journal.counts(journal.CALLS).waiting == 4  # no writer: all of them pending
+
+    started = time.monotonic()
+    for reference in ("run-1", "unknown", ""):
+        with pytest.raises(FeedbackTargetMissing):
+            feedback_record(
+                queue=queue,
+                token=token,
+                call_id=None,
+                trajectory_ref=reference,
+                reward=None,
+                success=True,
+            )
+    with pytest.raises(FeedbackTargetMissing):
+        feedback_record(
+            queue=queue,
+            token=token,
+            call_id=uuid.UUID(another_tokens_call),
+            trajectory_ref=None,
+            reward=1.0,
+            success=None,
+        )
+    assert time.monotonic() - started < 1.0
+
+
+def test_feedback_on_a_run_whose_first_call_is_pending_waits_and_finds_it(
+    llm_answer: LLMAnswer,
+) -> None:
+    client, queue, token = app()
+    llm_answer("Done.")
+    ask(client, [{"role": "user", "content": "Refund me"}], {"X-Icrlhf-Trajectory": "run-9"})
+    threading.Timer(0.5, call_log.writer().drain).start()
+
+    started = time.monotonic()
+    recorded = feedback_record(
+        queue=queue, token=token, call_id=None, trajectory_ref="run-9", reward=None, success=True
+    )
+
+    assert recorded.feedback.trajectory.key == "run-9"
+    assert 0.4 < time.monotonic() - started < 5
+
+
+def test_a_row_the_database_keeps_refusing_is_a_dead_letter_on_the_health_page(
+    llm_answer: LLMAnswer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry no database can store (here: what 1e999 was before the gateway refused it)
+    is tried a few times, set aside, and counted; the run's next call is written meanwhile."""
+    monkeypatch.setattr(journal, "_TRIES", 2)
+    client, _, _ = app()
+    llm_answer("Which order?")
+    first = [{"role": "user", "content": "Where is my parcel?"}]
+    refused = ask(client, first, {"X-Icrlhf-Trajectory": "parcel"})
+    entries, _, _ = journal._keys(journal.CALLS)
+    raw = journal._client().hget(entries, refused)
+    assert raw is not None
+    body = json.loads(raw)
+    body["entry"]["options"]["limit"] = float("inf")  # json.dumps writes Infinity
+    journal._client().hset(entries, refused, json.dumps(body))
+    llm_answer("It left today.")
+    turns = [
+        *first,
+        {"role": "assistant", "content": "Which order?"},
+        {"role": "user", "content": "1"},
+    ]
+    later = ask(client, turns, {"X-Icrlhf-Trajectory": "parcel"})
+
+    assert call_log.writer().drain() == 0  # the run's later call waits for the refused one
+    assert not Call.objects.exists()
+    assert call_log.writer().drain() == 1  # refused again: set aside, the later one goes on
+
+    assert not Call.objects.filter(pk=refused).exists()
+    assert Call.objects.get(pk=later).step.trajectory.key == "parcel"
+    health = Client().get("/healthz")
+    assert health.status_code == 200
+    assert health.content.decode() == "ok\ncall log journal: 0 waiting, 1 dead letters\n"
+    [letter] = journal.dead_letters(journal.CALLS)
+    assert letter["key"] == refused
