@@ -327,6 +327,12 @@ class Writer:
         self._stopped.set()
         if self._thread is not None:
             self._thread.join(timeout=_LOCK_S)
+            if self._thread.is_alive():
+                # Still in a slow write: draining beside it could write a run's later entry
+                # first. Its lock lapses with the process; the next writer or the sweep writes
+                # what is left.
+                logger.warning("The %s journal's writer is still writing; left", self.name)
+                return
         self.drain()
 
     def _run(self) -> None:
