@@ -237,7 +237,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
     try:
         key = request.headers.get("X-Icrlhf-Trajectory", "").replace("\x00", "")
         plan = await _blocking(
-            lambda: services.call_plan(queue=queue, request=chat, trajectory_key=key)
+            lambda: services.call_plan(
+                queue=queue, request=chat, token_id=token.pk, trajectory_key=key
+            )
         )
         call = _Call(id=uuid.uuid4(), plan=plan, token=token, started=started, stream=chat.stream)
         if chat.stream:

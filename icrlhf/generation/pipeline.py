@@ -93,6 +93,8 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
         signature=request_signature(conversation=item.conversation, options=item.call_options),
         pool=ranking.MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
         retrieve=partial(memory_selectors.examples_recall, preferred=preferred),
+        # A captured call's review gets the format examples its token's calls would get.
+        token_id=selectors.item_token_id(item=item),
     )
     retrieval_error = ""
     if context.memory_error is not None:
