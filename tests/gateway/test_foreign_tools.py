@@ -264,6 +264,47 @@ def test_through_the_real_gateway_no_foreign_call_reaches_the_openai_client(
         copying.stop()
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("icrlhf.gateway.urls")
+@in_process
+@pytest.mark.parametrize("stream", [False, True])
+def test_asking_again_counts_against_the_tokens_calls_a_minute(
+    upstream: Any, stream: bool, settings: Any
+) -> None:
+    """Each ask is a call to the upstream: a call asked twice uses two of the minute's."""
+    settings.GATEWAY_REQUESTS_PER_MINUTE = 2
+    double = upstream(("", [FOREIGN]), ("", [OFFERED]))
+    client = _client()
+    first = _ask(client, stream=stream)
+    if stream:
+        _streamed(first)  # read to its end: the ask again happens as the stream ends
+    assert first.status_code == 200 and double.asked == 2
+    refused = _ask(client, stream=stream)
+    assert refused.status_code == 429 and double.asked == 2
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("icrlhf.gateway.urls")
+@in_process
+@pytest.mark.parametrize("stream", [False, True])
+def test_with_no_call_left_this_minute_a_foreign_call_is_not_asked_again(
+    upstream: Any, stream: bool, settings: Any
+) -> None:
+    settings.GATEWAY_REQUESTS_PER_MINUTE = 1
+    double = upstream(("Let me book that.", [FOREIGN]))
+    response = _ask(_client(), stream=stream)
+    assert response.status_code == 200
+    if stream:
+        text, pieces, finish = _streamed(response)
+    else:
+        choice = response.json()["choices"][0]
+        text, pieces, finish = choice["message"]["content"], [], choice["finish_reason"]
+        assert "tool_calls" not in choice["message"]
+    assert (text, pieces, finish) == ("Let me book that.", [], "stop")
+    assert double.asked == 1  # the token's minute was spent by the call itself
+
+
 # What app A's end users and tools said: none of it may reach app B's prompt or answer.
 A_WORDS = ("Book a flight to Paris", "Booking it.", "Booked AF123.", '"to": "Paris"')
 
