@@ -268,3 +268,22 @@ def test_the_asker_drops_another_tokens_format_examples_from_the_owners_answer(
     monkeypatch.setattr(remote_recall, "ask", lambda query, *, timeout_s: answer)
     assert len(examples_recall_anywhere(**ask, token_id=token_a.pk).examples) == 1
     assert examples_recall_anywhere(**ask, token_id=token_b.pk).examples == []
+
+
+def test_a_captured_calls_review_takes_its_tokens_format_examples() -> None:
+    """Candidates for a captured call are generated under its token (the format examples
+    its calls get); an item typed or imported has no token."""
+    from icrlhf.gateway.models import Call
+    from icrlhf.generation.selectors import item_token_id
+    from icrlhf.ingest.services import token_create
+    from icrlhf.queues.models import Item
+    from tests.factories import ItemFactory
+
+    queue = QueueFactory()
+    token, _ = token_create(queue=queue, name="app A")
+    captured = ItemFactory(queue=queue, source=Item.Source.GATEWAY)
+    Call.objects.create(
+        queue=queue, token=token, source="model", memory="empty", request_text="x", item=captured
+    )
+    assert item_token_id(item=captured) == token.pk
+    assert item_token_id(item=ItemFactory(queue=queue)) is None
