@@ -406,8 +406,12 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         if size == 0:
             arms["empty"] = _run(client, queue.slug, held_out, options)
             continue
-        for arm, on in (("same_tool_set", False), ("format_examples", True)):
-            Queue.objects.filter(pk=queue.pk).update(format_examples=on)
+        # Every stored step is a reviewer's, of no token's call: shared by the whole queue.
+        for arm, source in (
+            ("same_tool_set", Queue.FormatExamples.OFF),
+            ("format_examples", Queue.FormatExamples.QUEUE),
+        ):
+            Queue.objects.filter(pk=queue.pk).update(format_examples_from=source)
             arms[f"{arm}_{size}"] = _run(client, queue.slug, held_out, options)
     return {
         "arms": arms,

@@ -107,12 +107,15 @@ def held_out(*, queue: Queue, run_key: str) -> bool:
     return draw * 100 < queue.holdout_percent
 
 
-def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -> Plan:
+def call_plan(
+    *, queue: Queue, request: ChatRequest, token_id: int | None = None, trajectory_key: str = ""
+) -> Plan:
     """Retrieve the queue's preferred examples for the decision point; answer from the
     nearest one when it is similar enough (the queue's threshold) and a plain text answer is
     what the call asks for, else build the prompt with the review flow's builder: the queue's
     system prompt with its instructions and guidelines (then the caller's system message), the
-    examples, then the caller's turns with their tool calls and results."""
+    examples, then the caller's turns with their tool calls and results. `token_id`: the
+    caller's token, which decides whose calls may be its format examples."""
     request_text = decision_point(request)
     context = [m.upstream() for m in request.messages]
     options = request.upstream_options()
@@ -135,6 +138,7 @@ def call_plan(*, queue: Queue, request: ChatRequest, trajectory_key: str = "") -
         if may_answer and threshold is not None
         else 0,
         retrieve=examples_recall_anywhere,
+        token_id=token_id,
     )
     recall = prompt.recall
     if prompt.memory_error is not None:

@@ -29,7 +29,6 @@ from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.ingest.auth import (
     TokenGuessing,
-    TokenLimit,
     TokenOverLimit,
     TokenScopeMissing,
     TokenUnknown,
@@ -111,7 +110,7 @@ def _error_body(
 
 def _authenticate(request: HttpRequest) -> IntegrationToken | JsonResponse:
     scheme, _, raw = request.headers.get("Authorization", "").partition(" ")
-    limit = TokenLimit("gateway-token", settings.GATEWAY_REQUESTS_PER_MINUTE)
+    limit = limits.calls_limit()
     try:
         return token_admit(
             request=request,
@@ -237,7 +236,9 @@ async def chat_completions(request: HttpRequest) -> HttpResponse | StreamingHttp
     try:
         key = request.headers.get("X-Icrlhf-Trajectory", "").replace("\x00", "")
         plan = await _blocking(
-            lambda: services.call_plan(queue=queue, request=chat, trajectory_key=key)
+            lambda: services.call_plan(
+                queue=queue, request=chat, token_id=token.pk, trajectory_key=key
+            )
         )
         call = _Call(id=uuid.uuid4(), plan=plan, token=token, started=started, stream=chat.stream)
         if chat.stream:
@@ -416,17 +417,22 @@ async def _upstream_failed(
 async def _offered_calls_only(call: _Call, completion: llm.Completion) -> llm.Completion:
     """An answer whose tool calls all name tools the request offers. A model shown other tool
     sets' calls (format examples) may copy one, and a caller's loop would then run a tool it
-    never offered: the upstream is asked once more, and if its new answer names one too (or
-    fails), the caller gets what the model said, its words without the calls."""
+    never offered: the upstream is asked once more, a call counted against the token's calls
+    a minute, and if its new answer names one too (or fails, or the token has no call left
+    this minute), the caller gets what the model said, its words without the calls."""
     tools = call.plan.options.get("tools")
     if not foreign_calls(completion.tool_calls, tools):
         return completion
-    logger.info("Call %s named a tool it was not offered: asking the model again", call.id)
     again: llm.Completion | None = None
-    try:
-        again = await _before_deadline(call, llm.acomplete(**call.plan.upstream()))
-    except llm.LLMError as error:
-        logger.warning("Call %s: asking again failed: %s", call.id, error)
+    token_id = call.token.pk
+    if not await _blocking(lambda: limits.retry_charge(token_id)):
+        logger.info("Call %s named a tool it was not offered; its token's minute is spent", call.id)
+    else:
+        logger.info("Call %s named a tool it was not offered: asking the model again", call.id)
+        try:
+            again = await _before_deadline(call, llm.acomplete(**call.plan.upstream()))
+        except llm.LLMError as error:
+            logger.warning("Call %s: asking again failed: %s", call.id, error)
     # The caller is told the tokens both asks took.
     prompt_tokens = completion.prompt_tokens + (again.prompt_tokens if again else 0)
     completion_tokens = completion.completion_tokens + (again.completion_tokens if again else 0)

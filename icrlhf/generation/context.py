@@ -38,6 +38,7 @@ class Retrieve(Protocol):
         token_budget: int,
         pool: int,
         signature: Signature,
+        token_id: int | None,
     ) -> Recall: ...
 
 
@@ -174,12 +175,14 @@ def prompt_context(
     signature: Signature,
     pool: int,
     retrieve: Retrieve,
+    token_id: int | None = None,
 ) -> PromptContext:
     """Ready a request for the model: `conversation`, the caller's OpenAI messages (none for
     a request typed or imported for review: `query_text` is then the request itself);
     `query_text`, what retrieval looks for (the decision point); `signature`, the request's
     (`request_signature`); `pool`, how many neighbours to recall beside the prompt's
-    examples."""
+    examples; `token_id`, the token whose call this is (None for a request typed or
+    imported for review): which calls' format examples the queue shares with it."""
     if conversation:
         system_prompt, history, request = conversation_prompt(
             system_prompt=queue.system_prompt, conversation=conversation
@@ -196,6 +199,7 @@ def prompt_context(
             token_budget=queue.example_token_budget,
             pool=pool,
             signature=signature,
+            token_id=token_id,
         )
     except (VectorStoreUnavailable, EmbeddingModelMissing) as error:
         recall, memory_error = Recall(examples=[], neighbours=[]), error

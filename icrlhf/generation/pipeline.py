@@ -86,13 +86,17 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
     # empty memory by it.
     preferred = memory_selectors.preferred_count(queue=queue)
     # A captured gateway call is the next step of the caller's conversation, with its tools.
+    signature = request_signature(conversation=item.conversation, options=item.call_options)
     context = prompt_context(
         queue=queue,
         query_text=item.input_text,
         conversation=item.conversation,
-        signature=request_signature(conversation=item.conversation, options=item.call_options),
+        signature=signature,
         pool=ranking.MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
         retrieve=partial(memory_selectors.examples_recall, preferred=preferred),
+        # A captured call's review gets the format examples its token's calls would get
+        # (only a request with tools gets any: no query for the others).
+        token_id=selectors.item_token_id(item=item) if signature.tool_names else None,
     )
     retrieval_error = ""
     if context.memory_error is not None:

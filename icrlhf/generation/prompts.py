@@ -11,12 +11,22 @@ In-context RL ("Reward is Enough"): a queue may send each example with its rewar
 answers its reviewer rejected for the same request (always quoted: a reward is not a turn);
 and a reviewer's "try again" sends the item's earlier attempts with their rewards and the
 paper's exploration-or-exploitation instruction.
+
+A format example (another tool set's call, retrieved to show how a call is written) is sent
+as its form alone (`call_form`): the tool's name and its arguments' names, each value a
+placeholder of its JSON type; never its request, its words, its values or its results, which
+are another caller's. It follows the queue's framing too: quoted in the system message by
+default, as turns where the queue sends examples as turns.
 """
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from icrlhf.integrations.redaction import redact
+from icrlhf.memory.signatures import step_action
 
 
 @dataclass(frozen=True)
@@ -32,7 +42,7 @@ class PromptExample:
     reward: float | None = None
     rivals: tuple[tuple[str, float], ...] = ()
     # A format example: a step of another tool set, sent to show how a tool call is written,
-    # never which tool to call (see FORMAT_PREAMBLE).
+    # never which tool to call (see FORMAT_PREAMBLE); only its form (`call_form`) is sent.
     format_only: bool = False
 
     @classmethod
@@ -46,11 +56,11 @@ class PromptExample:
     ) -> "PromptExample":
         """From a stored example (memory.Example: generation sits above memory); `rewarded`:
         with its reward and its rivals' (stored examples too); `format_only`: retrieved as a
-        format example (a format example's reward says nothing about this request: none)."""
+        format example: its call's form alone (`call_form`), with no reward (it says nothing
+        about this request)."""
         if format_only:
-            return cls(
-                example.input_text, example.output_text, tuple(example.turns), format_only=True
-            )
+            form = call_form(example.turns)
+            return cls("", "", (form,) if form else (), format_only=True)
         if not rewarded:
             return cls(example.input_text, example.output_text, tuple(example.turns))
         return cls(
@@ -108,19 +118,103 @@ STEPS_PREAMBLE = (
     "The earlier turns of this conversation are other runs of this task, each ending with the "
     "step that was preferred there. Take the next step of the last run in the same way."
 )
-# Format examples come first, as turns: a tool call's form is the one the model's server
-# renders calls in (its chat template), which only a turn with tool calls shows. The tools they
-# call are other requests', so the prompt says so; a call the model still makes to one of them
-# never reaches the caller (the gateway's `foreign_calls`).
+# Format examples come first. As turns, a tool call's form is the one the model's server
+# renders calls in (its chat template), which only a turn with tool calls shows; quoted (the
+# queue's reference framing), it is the call's JSON. The tools they call are other requests',
+# so the prompt says so; a call the model still makes to one of them never reaches the caller
+# (the gateway's `foreign_calls`).
 FORMAT_PREAMBLE = (
     "The first {count} earlier runs in this conversation call tools that are not available "
-    "to you: they only show how a tool call is written. Call only the tools you are offered, "
+    "to you, with placeholders for their values: they only show how a tool call is written. "
+    "Call only the tools you are offered, in the same form, with the values the request gives."
+)
+FORMAT_REFERENCE_PREAMBLE = (
+    "Examples of how a tool call is written follow, each a call's JSON with placeholders for "
+    "its values. Their tools are not available to you: call only the tools you are offered, "
     "in the same form, with the values the request gives."
 )
+# The user turn before a format example's call, as turns: its request is another caller's.
+FORMAT_REQUEST = "(Another request, not shown: the call below shows only the form of a call.)"
+# Each argument value of a format example's call becomes the placeholder of its JSON type.
+_PLACEHOLDER_STRING = "<string>"
 _OUR_TAGS = re.compile(
-    r"<(/?)(example|request|preferred_answer|answer|attempt|response|reward)(\s[^<>]*)?>",
+    r"<(/?)(example|request|preferred_answer|answer|attempt|response|reward|tool_call_form)"
+    r"(\s[^<>]*)?>",
     re.IGNORECASE,
 )
+
+
+def call_form(turns: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """A stored step's action as a format example sends it: an assistant turn with its tool
+    calls, each keeping only the tool's name and its arguments' names (both redacted), each
+    argument value replaced by a placeholder of its JSON type (a string "<string>", a number
+    0, a boolean false; an object or a list empty, whatever it held: its keys and items may be
+    the caller's words). No words beside the calls, no call ids, no results. None for a step
+    whose action called no tool."""
+    action = step_action(turns) or {}
+    calls = [call for call in action.get("tool_calls") or [] if isinstance(call, dict)]
+    if not calls:
+        return None
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": f"call_{number}",
+                "type": "function",
+                "function": {
+                    "name": redact(str((call.get("function") or {}).get("name", ""))).text,
+                    "arguments": json.dumps(_arguments_shape(call)),
+                },
+            }
+            for number, call in enumerate(calls)
+        ],
+    }
+
+
+def _arguments_shape(call: dict[str, Any]) -> dict[str, Any]:
+    try:
+        arguments = json.loads((call.get("function") or {}).get("arguments") or "{}")
+    except (TypeError, ValueError):
+        return {}
+    if not isinstance(arguments, dict):
+        return {}
+    return {redact(str(name)).text: _placeholder(value) for name, value in arguments.items()}
+
+
+def _placeholder(value: Any) -> Any:
+    if isinstance(value, str):
+        return _PLACEHOLDER_STRING
+    if isinstance(value, bool):  # before int: a bool is an int to Python
+        return False
+    if isinstance(value, int):
+        return 0
+    if isinstance(value, float):
+        return 0.0
+    if isinstance(value, list):
+        return []
+    if isinstance(value, dict):
+        return {}
+    return None
+
+
+def _format_block(formats: Sequence[PromptExample]) -> str:
+    """Format examples quoted in the system message: each call's JSON (`call_form`)."""
+    quoted = [
+        "<tool_call_form>\n"
+        + _quoted(
+            json.dumps(
+                {
+                    "name": call["function"]["name"],
+                    "arguments": json.loads(call["function"]["arguments"]),
+                }
+            )
+        )
+        + "\n</tool_call_form>"
+        for e in formats
+        for call in (call_form(e.turns) or {}).get("tool_calls", [])
+    ]
+    return "\n\n".join([FORMAT_REFERENCE_PREAMBLE, *quoted])
 
 
 def _quoted(text: str) -> str:
@@ -220,15 +314,20 @@ def messages_build(
     (the earlier turns of a gateway caller's conversation) goes after the examples and before
     the request, as the caller sent it (with its tool calls and results: after a tool result
     there is no new request, and `request` is None). `framing`: REFERENCE or TURNS (see
-    above); examples with rewards are quoted whatever the framing. `attempts`: a "try again"
+    above); examples with rewards are quoted whatever the framing, and format examples follow
+    it (the same-tool-set steps go as turns whatever it is). `attempts`: a "try again"
     round's earlier answers to this request, oldest first, with what the reviewer said
     (`attempts_feedback`)."""
     system_parts = [system_prompt.strip(), instructions.strip()]
     if guidelines.strip():
         system_parts.append(f"Guidelines (version {guidelines_version}):\n{guidelines.strip()}")
     most_similar_last = [e for e in reversed(examples) if not e.format_only]
-    # Least similar first, and before every other example: furthest from the request.
-    formats = [e for e in reversed(examples) if e.format_only and e.turns]
+    # Least similar first, and before every other example: furthest from the request. Only
+    # their form is sent, whatever they hold (`call_form`).
+    formats = [e for e in reversed(examples) if e.format_only and call_form(e.turns)]
+    if formats and framing == REFERENCE:
+        system_parts.append(_format_block(formats))
+        formats = []
     quoted = [
         e
         for e in most_similar_last
@@ -253,7 +352,8 @@ def messages_build(
     system = "\n\n".join(part for part in system_parts if part)
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
     for number, example in enumerate(formats, start=1):
-        messages.extend(_step_turns(example.turns, prefix=f"format{number}_"))
+        messages.append({"role": "user", "content": FORMAT_REQUEST})
+        messages.extend(_step_turns([call_form(example.turns) or {}], prefix=f"format{number}_"))
     for number, example in enumerate(as_turns, start=1):
         if example.turns:
             messages.extend(_step_turns(example.turns, prefix=f"example{number}_"))

@@ -75,6 +75,18 @@ def generation_retrievals(*, generation: Generation) -> Retrievals:
     )
 
 
+def item_token_id(*, item: Item) -> int | None:
+    """The token whose gateway call the item captured; None for an item typed or imported."""
+    if item.source != Item.Source.GATEWAY:
+        return None
+    # By relation name: the gateway, whose call rows these are, sits above generation.
+    return (
+        Item.objects.filter(pk=item.pk, calls__token__isnull=False)
+        .values_list("calls__token_id", flat=True)
+        .first()
+    )
+
+
 def prompt_examples(*, queue: Queue, retrieved: Sequence[RetrievedExample]) -> list[PromptExample]:
     """The retrieved examples as the prompt sends them: with their rewards and their rivals'
     when the queue puts rewards beside examples."""

@@ -78,6 +78,13 @@ def token_admit(
     return record
 
 
+def token_charge(*, token_id: int, limit: TokenLimit) -> bool:
+    """Counts one more call of this token against its minute's `limit`: an upstream call made
+    for a call already admitted (the gateway asking the model again). False, and not
+    counted, when the token has made its minute's calls already."""
+    return attempt_allowed(limit.name, str(token_id), per_minute=limit.per_minute)
+
+
 class TokenAuth(HttpBearer):
     def __init__(self, scope: str = Scope.ITEMS) -> None:
         super().__init__()

@@ -70,6 +70,7 @@ class _Retrieval:
     token_budget: int
     pool: int
     signature: Signature
+    token_id: int | None  # the token the request came with (format examples may follow it)
 
 
 def _retrieval_read(query: Any) -> _Retrieval:
@@ -88,6 +89,9 @@ def _retrieval_read(query: Any) -> _Retrieval:
         # bool is an int to Python, never a count here.
         if type(value) is not int or not 0 <= value <= highest:
             raise ValueError(f"The retrieval request's {name} is not a whole number in range.")
+    token_id = query.get("token_id")
+    if token_id is not None and (type(token_id) is not int or not 0 <= token_id <= _MAX_ID):
+        raise ValueError("The retrieval request's token_id is not a whole number in range.")
     if not isinstance(query.get("query_text"), str):
         raise ValueError("The retrieval request's query_text is not a text.")
     signature = query.get("signature")
@@ -105,6 +109,7 @@ def _retrieval_read(query: Any) -> _Retrieval:
         token_budget=query["token_budget"],
         pool=query["pool"],
         signature=read,
+        token_id=token_id,
     )
 
 
@@ -139,6 +144,7 @@ def answer_round(round_: list[Asked]) -> None:
                 pool=retrieval.pool,
                 signature=retrieval.signature,
                 vector=vector,
+                token_id=retrieval.token_id,
             )
             answer = selectors.recall_as_json(recall)
         except VectorStoreUnavailable as error:

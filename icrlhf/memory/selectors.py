@@ -10,7 +10,7 @@ from icrlhf.integrations import embeddings, llm, vectors
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from icrlhf.memory import index, remote_recall
 from icrlhf.memory.models import Example
-from icrlhf.memory.signatures import PLAIN, Signature
+from icrlhf.memory.signatures import PLAIN, Signature, step_action
 from icrlhf.queues.models import Queue
 
 # Ask the store for more than k, so that pinned, duplicate and stale hits can be dropped.
@@ -27,7 +27,8 @@ class RetrievedExample:
     score: float
     rank: int
     # A format example: a tool call of another tool set, in the prompt to show how a call is
-    # written (the queue's `format_examples`), never which tool to call.
+    # written (the queue's `format_examples_from`), never which tool to call; the prompt
+    # carries only the call's form (`generation.prompts.call_form`).
     format_only: bool = False
 
 
@@ -54,18 +55,21 @@ def examples_recall(
     signature: Signature = PLAIN,
     vector: list[float] | None = None,
     preferred: int | None = None,
+    token_id: int | None = None,
 ) -> Recall:
     """The queue's preferred examples for a query (`vector`: its embedding, when the caller
     embedded it already, as one of a batch; `preferred`: how many the queue holds, when the
-    caller counted them, which saves asking whether it holds any).
+    caller counted them, which saves asking whether it holds any; `token_id`: the token the
+    request came with, None for one that came with none).
 
     For the prompt: pinned examples always come first (a curator pinned them to be in every
     prompt); then the most similar active ones, ranked by similarity × weight, without
     near-duplicates and none below the queue's minimum similarity. Whole examples are added
     until the next one would exceed the token budget (never cut). When fewer than k are
     found and the queue sends format examples, the places left go to the nearest tool calls
-    of other tool sets (`Signature.admits_as_format`), after the rest and within the same
-    budget, marked `format_only`. Neighbours: the `pool`
+    of other tool sets (`Signature.admits_as_format`) that the queue shares with this token
+    (`_format_sources`), after the rest and within the same budget, marked `format_only`.
+    Neighbours: the `pool`
     nearest pinned or active examples at or above the minimum by the same ranking,
     duplicates kept, for offering their answers as candidates or as the answer. Below the
     minimum: the active examples that would have taken one of the k places without it.
@@ -119,19 +123,23 @@ def examples_recall(
             continue
         kept_vectors.append(unit)
         ranked.append((hit.score, example))
-    # Format examples are about the form of a call, not the request's subject: the minimum
-    # similarity, which keeps off-topic requests away from memory's answers, does not apply.
+    # Format examples are about the form of a call, not the request's subject, and only that
+    # form reaches the prompt: the minimum similarity, which keeps off-topic requests away
+    # from memory's answers, does not apply (the queue's setting says so).
     format_ranked: list[tuple[float, Example]] = []
     places = k - len(ranked)
     formats = (
         _formats_of(
             nearby,
             limit=places * _OVERFETCH,
-            queue_id=queue.pk,
+            queue=queue,
             signature=signature,
             collection=collection,
+            token_id=token_id,
         )
-        if queue.format_examples and signature.tool_names and places > 0
+        if queue.format_examples_from != Queue.FormatExamples.OFF
+        and signature.tool_names
+        and places > 0
         else []
     )
     for hit, example in formats:
@@ -186,7 +194,7 @@ def _admitted(example: Example, signature: Signature) -> bool:
 def _as_format(example: Example, signature: Signature) -> bool:
     """A format example shows a call: a step made under tools that answered in words would
     teach, under the format note, the prose the option is there to stop."""
-    action = example.turns[-1] if example.turns else {}
+    action = step_action(example.turns) or {}
     return bool(action.get("tool_calls")) and signature.admits_as_format(
         tool_names=example.tool_names, output_format=example.output_format
     )
@@ -256,12 +264,20 @@ def _with_vectors(hits: _Hits, *, collection: str) -> _Hits:
 
 
 def _formats_of(
-    hits: list[vectors.Hit], *, limit: int, queue_id: int, signature: Signature, collection: str
+    hits: list[vectors.Hit],
+    *,
+    limit: int,
+    queue: Queue,
+    signature: Signature,
+    collection: str,
+    token_id: int | None,
 ) -> _Hits:
     """The first `limit` hits whose rows are the queue's active or pinned preferred examples
-    that the signature admits as format examples only, nearest first, with their vectors.
-    From the first, unfiltered search alone: any tool call shows the form, and the nearest
-    few dozen points of a queue that stores tool steps hold enough of them."""
+    that the signature admits as format examples only, from calls the queue shares with this
+    token (`_format_sources`), nearest first, with their vectors. From the first, unfiltered
+    search alone: any tool call shows the form, and the nearest few dozen points of a queue
+    that stores tool steps hold enough of them."""
+    queue_id = queue.pk
     retrieved = (Example.Status.ACTIVE, Example.Status.PINNED)
     candidates = [
         hit
@@ -279,8 +295,33 @@ def _formats_of(
         and rows[hit.id].role == Example.Role.PREFERRED
         and rows[hit.id].status in retrieved
         and _as_format(rows[hit.id], signature)
-    ][:limit]
-    return _with_vectors(found, collection=collection)
+    ]
+    shared = _format_sources(queue=queue, token_id=token_id, examples=[e for _, e in found])
+    return _with_vectors(
+        [(hit, e) for hit, e in found if e.pk in shared][:limit], collection=collection
+    )
+
+
+def _format_sources(
+    *, queue: Queue, token_id: int | None, examples: list[Example]
+) -> set[uuid.UUID]:
+    """Which of `examples` the queue lets a call of this token see as format examples (its
+    `format_examples_from`): none when off; every one when shared by every token; else those
+    learnt from this token's own calls: steps of its runs, and reviewed calls it made. A call
+    with no token (a review item typed or imported) has no calls of its own."""
+    source = queue.format_examples_from
+    if source == Queue.FormatExamples.QUEUE:
+        return {e.pk for e in examples}
+    if source != Queue.FormatExamples.TOKEN or token_id is None or not examples:
+        return set()
+    # By relation names, not imports: memory sits below the apps that own runs and calls.
+    return set(
+        Example.objects.filter(pk__in=[e.pk for e in examples])
+        .filter(
+            Q(step__trajectory__token_id=token_id) | Q(decision__item__calls__token_id=token_id)
+        )
+        .values_list("pk", flat=True)
+    )
 
 
 def _live_of(
@@ -349,6 +390,7 @@ def examples_recall_anywhere(
     token_budget: int,
     pool: int = 0,
     signature: Signature = PLAIN,
+    token_id: int | None = None,
 ) -> Recall:
     """`examples_recall` from any process. A Qdrant server admits every process; the embedded
     store admits one, the worker that consumes the memory queue, so other processes ask it
@@ -362,6 +404,7 @@ def examples_recall_anywhere(
             token_budget=token_budget,
             pool=pool,
             signature=signature,
+            token_id=token_id,
         )
     if k <= 0 and pool <= 0:
         return Recall(examples=[], neighbours=[], minimum=queue.min_similarity)
@@ -374,10 +417,11 @@ def examples_recall_anywhere(
             "token_budget": token_budget,
             "pool": pool,
             "signature": signature.as_json(),
+            "token_id": token_id,
         },
         timeout_s=settings.GATEWAY_RECALL_TIMEOUT_S,
     )
-    return _recall_of_answer(found, queue=queue, signature=signature)
+    return _recall_of_answer(found, queue=queue, signature=signature, token_id=token_id)
 
 
 # What each list of an owner's answer holds: the role its examples have.
@@ -389,11 +433,14 @@ _ANSWER_ROLES = {
 }
 
 
-def _recall_of_answer(found: dict[str, Any], *, queue: Queue, signature: Signature) -> Recall:
+def _recall_of_answer(
+    found: dict[str, Any], *, queue: Queue, signature: Signature, token_id: int | None
+) -> Recall:
     """The recall an owner's answer names, with the rows it sent. Only rows the search
     could have found for this request are kept (the queue's own, active or pinned, of the
     role their list holds, admitted by the signature, or, among the prompt's examples of a
-    queue that sends format examples, admitted as one, and marked so): an answer is what
+    queue that shares format examples with this token, admitted as one, and marked so): an
+    answer is what
     arrived on a socket, and one that names an example of another queue, or a retired one,
     must not put it in this queue's prompt or reply. Raises VectorStoreUnavailable for an
     answer that cannot be read."""
@@ -414,7 +461,15 @@ def _recall_of_answer(found: dict[str, Any], *, queue: Queue, signature: Signatu
         if example.queue_id == queue.pk
         and example.status in (Example.Status.ACTIVE, Example.Status.PINNED)
     }
-    formats_allowed = queue.format_examples
+    shared = _format_sources(
+        queue=queue,
+        token_id=token_id,
+        examples=[
+            row
+            for pk, _ in named["examples"]
+            if (row := rows.get(pk)) is not None and _as_format(row, signature)
+        ],
+    )
 
     def retrieved(name: str) -> list[RetrievedExample]:
         found: list[RetrievedExample] = []
@@ -424,7 +479,7 @@ def _recall_of_answer(found: dict[str, Any], *, queue: Queue, signature: Signatu
                 continue
             if _admitted(row, signature):
                 found.append(RetrievedExample(example=row, score=score, rank=rank))
-            elif name == "examples" and formats_allowed and _as_format(row, signature):
+            elif name == "examples" and row.pk in shared and _as_format(row, signature):
                 found.append(
                     RetrievedExample(example=row, score=score, rank=rank, format_only=True)
                 )

@@ -127,3 +127,9 @@ def action_text(text: str, tool_calls: list[dict[str, Any]]) -> str:
     words, then each tool call as `name(arguments)`."""
     calls = [f"{c['function']['name']}({c['function'].get('arguments', '')})" for c in tool_calls]
     return "\n".join(filter(None, [text.strip(), *calls]))
+
+
+def step_action(turns: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """A stored step's action: its last assistant turn (the results of its tool calls, where
+    known, follow it). None for a step without one."""
+    return next((turn for turn in reversed(turns) if turn.get("role") == "assistant"), None)

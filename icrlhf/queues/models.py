@@ -19,6 +19,17 @@ class Queue(models.Model):
         REFERENCE = "reference", "quoted reference material (no one can ask for them back)"
         TURNS = "turns", "earlier turns of the conversation (a user can ask for them back)"
 
+    class FormatExamples(models.TextChoices):
+        OFF = "off", "off"
+        TOKEN = "token", "from the calls of the calling token only"
+        QUEUE = (
+            "queue",
+            (
+                "from the calls of every token of the queue (shares only the form of tool calls: "
+                "tool and argument names, never words or values)"
+            ),
+        )
+
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.GENERAL)
@@ -64,15 +75,21 @@ class Queue(models.Model):
         "sees what scored low as well as what scored high (in-context RL, 'Reward is "
         "Enough'). The learning benchmark measures it (docs/benchmarks.md).",
     )
-    format_examples = models.BooleanField(
-        "format examples across tool sets",
-        # On: on BFCL it took the 135M model from no tool call at all to calls (docs/benchmarks.md).
-        default=True,
+    format_examples_from = models.CharField(
+        "format examples",
+        max_length=10,
+        choices=FormatExamples.choices,
+        default=FormatExamples.TOKEN,
         help_text="When fewer than k stored steps were made with the tools a request offers, "
-        "the places left go to the nearest stored tool calls of other tool sets, sent as "
-        "examples of how a call is written (their tools are not offered, and a call naming "
-        "a tool the request did not offer is never returned). Helps a model that answers in "
-        "prose where it should call a tool (docs/benchmarks.md, BFCL).",
+        "the places left may go to stored tool calls of other tool sets, to show how a call "
+        "is written (it helps a model that answers in prose where it should call a tool: "
+        "docs/benchmarks.md, BFCL). Only the form of each call is sent: the tool's name and "
+        "the names of its arguments, each value replaced by a placeholder of its type; "
+        "never the request, the words beside the call, the argument values or the tools' "
+        "results. Their tools are not offered, and a call naming a tool the request did not "
+        "offer is never returned. They are chosen by the tools they call, not by how similar "
+        "their requests are, and carry nothing of those requests: the minimum similarity "
+        "does not apply to them.",
     )
     min_similarity = models.FloatField(
         "minimum similarity",

@@ -13,9 +13,11 @@ from asgiref.sync import async_to_sync
 from django.test import Client
 
 from icrlhf.gateway.models import Call
+from icrlhf.ingest.models import IntegrationToken
 from icrlhf.ingest.services import token_create
 from icrlhf.integrations import llm
 from icrlhf.memory.signatures import foreign_calls
+from icrlhf.queues.models import Queue
 from tests.conftest import GatewayProcess, wait_for
 from tests.factories import QueueFactory
 from tests.gateway.test_endpoint import client_for
@@ -57,17 +59,20 @@ def test_calls_to_tools_not_offered_are_found_by_name() -> None:
 
 class ScriptedUpstream:
     """Test double of the upstream (`llm.acomplete` and `llm.astream`): each ask gets the
-    next scripted answer (text, tool calls); it counts the asks."""
+    next scripted answer (text, tool calls); it counts the asks and keeps the messages of
+    each."""
 
     def __init__(self, *answers: tuple[str, list[dict[str, Any]]]) -> None:
         self.answers = list(answers)
         self.asked = 0
+        self.sent: list[list[dict[str, Any]]] = []
 
     def _next(self) -> tuple[str, list[dict[str, Any]]]:
         self.asked += 1
         return self.answers.pop(0)
 
-    async def acomplete(self, **_: Any) -> llm.Completion:
+    async def acomplete(self, *, messages: list[dict[str, Any]], **_: Any) -> llm.Completion:
+        self.sent.append(messages)
         text, calls = self._next()
         return llm.Completion(
             text=text,
@@ -81,6 +86,7 @@ class ScriptedUpstream:
         )
 
     async def astream(self, *, messages: list[dict[str, Any]], **_: Any) -> llm.Stream:
+        self.sent.append(messages)
         text, calls = self._next()
 
         async def chunks() -> AsyncIterator[Any]:
@@ -111,9 +117,9 @@ def upstream(monkeypatch: pytest.MonkeyPatch) -> Any:
     return script
 
 
-def _client() -> Client:
-    queue = QueueFactory(slug="tools")
-    return Client(headers={"Authorization": f"Bearer {token_create(queue=queue, name='a')[1]}"})
+def _client(queue: Queue | None = None, name: str = "a") -> Client:
+    queue = queue or QueueFactory(slug="tools")
+    return Client(headers={"Authorization": f"Bearer {token_create(queue=queue, name=name)[1]}"})
 
 
 def _ask(client: Client, **body: Any) -> Any:
@@ -256,3 +262,82 @@ def test_through_the_real_gateway_no_foreign_call_reaches_the_openai_client(
         assert copying.asks == 4  # each call asked twice: its first answer named book_flight
     finally:
         copying.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("icrlhf.gateway.urls")
+@in_process
+@pytest.mark.parametrize("stream", [False, True])
+def test_asking_again_counts_against_the_tokens_calls_a_minute(
+    upstream: Any, stream: bool, settings: Any
+) -> None:
+    """Each ask is a call to the upstream: a call asked twice uses two of the minute's."""
+    settings.GATEWAY_REQUESTS_PER_MINUTE = 2
+    double = upstream(("", [FOREIGN]), ("", [OFFERED]))
+    client = _client()
+    first = _ask(client, stream=stream)
+    if stream:
+        _streamed(first)  # read to its end: the ask again happens as the stream ends
+    assert first.status_code == 200 and double.asked == 2
+    refused = _ask(client, stream=stream)
+    assert refused.status_code == 429 and double.asked == 2
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("icrlhf.gateway.urls")
+@in_process
+@pytest.mark.parametrize("stream", [False, True])
+def test_with_no_call_left_this_minute_a_foreign_call_is_not_asked_again(
+    upstream: Any, stream: bool, settings: Any
+) -> None:
+    settings.GATEWAY_REQUESTS_PER_MINUTE = 1
+    double = upstream(("Let me book that.", [FOREIGN]))
+    response = _ask(_client(), stream=stream)
+    assert response.status_code == 200
+    if stream:
+        text, pieces, finish = _streamed(response)
+    else:
+        choice = response.json()["choices"][0]
+        text, pieces, finish = choice["message"]["content"], [], choice["finish_reason"]
+        assert "tool_calls" not in choice["message"]
+    assert (text, pieces, finish) == ("Let me book that.", [], "stop")
+    assert double.asked == 1  # the token's minute was spent by the call itself
+
+
+# What app A's end users and tools said: none of it may reach app B's prompt or answer.
+A_WORDS = ("Book a flight to Paris", "Booking it.", "Booked AF123.", '"to": "Paris"')
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("icrlhf.gateway.urls")
+@in_process
+@pytest.mark.parametrize(
+    ("source", "b_gets_the_form"),
+    [
+        (Queue.FormatExamples.QUEUE, True),
+        (Queue.FormatExamples.TOKEN, False),
+        (Queue.FormatExamples.OFF, False),
+    ],
+)
+@pytest.mark.parametrize("framing", [Queue.ExampleFraming.REFERENCE, Queue.ExampleFraming.TURNS])
+def test_a_token_offering_unseen_tools_never_receives_another_tokens_words(
+    upstream: Any, source: str, b_gets_the_form: bool, framing: str
+) -> None:
+    """Two tokens of one queue: app A's steps are memory; app B calls with a tool set none
+    of them used. Shared by every token, B's prompt shows the form of A's call and nothing
+    else of it; from each token's own calls, or off, none of A's examples at all."""
+    from tests.memory.test_format_examples import token_step
+
+    queue = QueueFactory(slug="tools", format_examples_from=source, example_framing=framing)
+    _client(queue, name="app A")
+    token_a = IntegrationToken.objects.get(name="app A")
+    a_step = token_step(queue, token_a, "Book a flight to Paris for Monday.", "book_flight")
+    double = upstream(("", [OFFERED]))
+    response = _ask(_client(queue, name="app B"))
+    assert response.status_code == 200
+    prompt = json.dumps(double.sent)
+    answer = response.content.decode() + json.dumps(dict(response.headers))
+    assert not any(words in prompt + answer for words in A_WORDS)
+    assert ("book_flight" in prompt) is b_gets_the_form
+    assert (str(a_step.pk) in response["X-Icrlhf-Examples"]) is b_gets_the_form

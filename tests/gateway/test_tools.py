@@ -13,7 +13,7 @@ from django.test import Client
 from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example
-from icrlhf.queues.models import Item
+from icrlhf.queues.models import Item, Queue
 from tests.conftest import GatewayProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 from tests.gateway.test_endpoint import CARD, client_for, decided_in_workbench
@@ -221,7 +221,8 @@ def test_a_reviewed_tool_call_reaches_the_next_similar_steps_prompt_as_openai_tu
         memory_candidates=0,
         capture_percent=100,
         memory_answer_threshold=0.0,
-        format_examples=False,  # a call lacking the step's tool gets no format example either
+        # A call lacking the step's tool gets no format example either.
+        format_examples_from=Queue.FormatExamples.OFF,
     )
     client = client_for(gateway_process, queue)
     system = {"role": "system", "content": "You are the shop's order assistant."}
