@@ -10,6 +10,7 @@ import logging
 import uuid
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -93,7 +94,8 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
                     # The N−1 other candidates answer the same conversation, with the same
                     # tools and output format, as the one served.
                     conversation=conversation,
-                    call_options=call.options,
+                    # Review needs the tools and the output format, not who asked.
+                    call_options=_without_end_user(call.options),
                 )
         except ValidationError as error:  # e.g. a request longer than items may be
             call.capture = Call.Capture.NONE
@@ -107,7 +109,7 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
 
 def _redact_for_review(call: Call) -> None:
     """The call and the agent step it made, as a call captured when it was made keeps them."""
-    fields = ("request_text", "context", "answer_text", "tool_calls")
+    fields = ("request_text", "context", "answer_text", "tool_calls", "options")
     for name in fields:
         setattr(call, name, scrub(getattr(call, name), into="review"))
     call.save(update_fields=fields)
@@ -116,6 +118,10 @@ def _redact_for_review(call: Call) -> None:
         for name in step_fields:
             setattr(step, name, scrub(getattr(step, name), into="review"))
         step.save(update_fields=step_fields)
+
+
+def _without_end_user(options: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in options.items() if name != "user"}
 
 
 def _reward_given(call: Call) -> float | None:
