@@ -23,7 +23,7 @@ from icrlhf.generation.services import Served, item_create
 from icrlhf.ingest.services import CreationLimitReached, token_creation_check
 from icrlhf.integrations.redaction import scrub
 from icrlhf.queues.models import Item, Queue
-from icrlhf.trajectories.models import Feedback, Step
+from icrlhf.trajectories.models import Feedback, Step, Trajectory
 from icrlhf.trajectories.selectors import APPROVAL_ALLOWS_MEMORY, low_reward_q
 
 logger = logging.getLogger(__name__)
@@ -178,21 +178,29 @@ def low_reward_steps_mark() -> int:
         .order_by("step__trajectory_id", "step__position", "pk")
         .values_list("pk", "step__trajectory_id", "queue__low_reward_captures_per_run")
     )
-    runs = {run for _, run, _ in eligible}
-    # Every low-reward capture the run ever had counts, however old: the cap is the run's.
-    taken = Counter(
-        Call.objects.filter(capture=Call.Capture.LOW_REWARD, step__trajectory_id__in=runs)
-        .values_list("step__trajectory_id", flat=True)
-        .order_by()
-    )
+    # Every low-reward capture the run ever had counts, whatever became of it (its item
+    # deleted, found a duplicate, refused): the cap is the run's, and a slot is never freed.
+    # The runs are locked while they are counted, so a sweep beside this one waits.
     chosen: list[uuid.UUID] = []
-    for call_id, run, cap in eligible:
-        if taken[run] < cap:
-            taken[run] += 1
-            chosen.append(call_id)
-    # Conditional: a sweep running beside this one marks none of these twice.
-    chosen_now = Call.objects.filter(pk__in=chosen, capture=Call.Capture.NONE)
-    return chosen_now.update(capture=Call.Capture.LOW_REWARD)
+    with transaction.atomic():
+        runs = Trajectory.objects.select_for_update().filter(pk__in={run for _, run, _ in eligible})
+        taken = dict(runs.values_list("pk", "low_reward_captures"))
+        added: Counter[uuid.UUID] = Counter()
+        for call_id, run, cap in eligible:
+            if taken[run] + added[run] >= cap:
+                continue
+            # Conditional: nothing marked since the list was read is marked twice.
+            marked = Call.objects.filter(pk=call_id, capture=Call.Capture.NONE).update(
+                capture=Call.Capture.LOW_REWARD
+            )
+            if marked:
+                added[run] += 1
+                chosen.append(call_id)
+        for run, count in added.items():
+            Trajectory.objects.filter(pk=run).update(
+                low_reward_captures=F("low_reward_captures") + count
+            )
+    return len(chosen)
 
 
 def _rewarded_since_the_rule() -> Q:

@@ -55,6 +55,9 @@ class Trajectory(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     approved_at = models.DateTimeField(null=True, blank=True)
+    # How many of its steps were ever chosen for review for a low reward, whatever became of
+    # the capture (deleted, a duplicate): the queue's cap per run counts them all.
+    low_reward_captures = models.PositiveIntegerField(default=0)
     # The examples its calls were prompted with have been credited with its reward (once).
     usage_credited = models.BooleanField(default=False)
     # When retention blanked what end users wrote in it (CALL_RETENTION_DAYS).

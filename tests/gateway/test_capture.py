@@ -518,6 +518,41 @@ def test_turning_low_reward_captures_on_never_reaches_back_to_runs_rewarded_befo
     assert Queue.objects.get(pk=queue.pk).capture_low_reward_since > turned_on
 
 
+def test_a_low_reward_capture_deleted_or_found_a_duplicate_keeps_its_slot_in_the_cap(
+    llm_answer: LLMAnswer,
+) -> None:
+    """The cap counts every capture a run has had: one whose review item was deleted, or that
+    turned out identical to a recent capture, does not let the next step of the run in."""
+    llm_answer("Let me look into that for you.")
+    client, queue = app_for(
+        capture_percent=0,
+        reward_threshold=0.5,
+        capture_low_reward=True,
+        low_reward_captures_per_run=1,
+    )
+    # Two runs that begin with the same words: their first calls are identical requests.
+    turns = ["My card was swallowed.", "It is still inside.", "Please help."]
+    deleted = run_through(client, "run-deleted", turns)
+    duplicate = run_through(client, "run-duplicate", turns)
+    for run_id in ("run-deleted", "run-duplicate"):
+        feedback_record(
+            queue=queue, token=None, call_id=None, trajectory_ref=run_id, reward=0.0, success=None
+        )
+    gateway_tasks.captures_sweep()
+    first = Call.objects.get(pk=deleted[0].pk)
+    assert first.item is not None
+    assert Call.objects.get(pk=duplicate[0].pk).capture == Call.Capture.DUPLICATE
+    first.item.delete()
+    assert Call.objects.get(pk=first.pk).capture == Call.Capture.REMOVED
+
+    gateway_tasks.captures_sweep()
+    later = [*deleted[1:], *duplicate[1:]]
+    assert list(
+        Call.objects.filter(pk__in=[c.pk for c in later]).values_list("capture", flat=True)
+    ) == [Call.Capture.NONE] * len(later)
+    assert not Item.objects.filter(calls__in=[c.pk for c in later]).exists()
+
+
 def test_a_captured_calls_item_keeps_the_tools_redacted_and_not_who_asked(
     llm_answer: LLMAnswer, settings: Any
 ) -> None:
