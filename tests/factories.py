@@ -9,7 +9,13 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item, Membership, Queue
 from icrlhf.review.models import Decision
-from icrlhf.trajectories.services import RunOwner, StepRecorded, step_record
+from icrlhf.trajectories.services import (
+    RunOwner,
+    StepRecorded,
+    end_user_key,
+    run_hashes,
+    step_record,
+)
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -145,19 +151,23 @@ def agent_step(
     call_id: Any = None,
     token: Any = None,
     end_user: str = "",
+    created_at: Any = None,
 ) -> StepRecorded:
     """One gateway call recorded as an agent's step, as the gateway records it (the messages
-    as the caller sent them, nothing redacted), in a run of `token` (an IntegrationToken)."""
+    as the caller sent them, nothing redacted), in a run of `token` (an IntegrationToken) for
+    the end user the call names in `user`."""
     return step_record(
         queue=queue,
-        owner=RunOwner(token_id=None if token is None else token.pk, end_user=end_user),
+        owner=RunOwner(
+            token_id=None if token is None else token.pk, end_user=end_user_key(end_user)
+        ),
         key=key,
         messages=messages,
-        raw_messages=messages,
+        hashes=run_hashes(messages=messages, answer_text=text, tool_calls=tool_calls or []),
         decision_point=str(messages[-1].get("content") or ""),
         action_text=text,
         tool_calls=tool_calls or [],
         tool_names=tool_names or [],
         call_id=call_id,
-        created_at=timezone.now(),
+        created_at=created_at or timezone.now(),
     )

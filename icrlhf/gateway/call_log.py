@@ -72,7 +72,7 @@ def entry_write(entry: dict[str, Any]) -> None:
     answer is deleted from the row as the database would have (a queue takes its calls with
     it, a token leaves them without one): else the entry would fail on every try."""
     close_old_connections()  # the writer's thread lives as long as the process
-    logged = CallLogged(**entry)
+    logged = CallLogged.of_entry(entry)
     if not Queue.objects.filter(pk=logged.queue_id).exists():
         return
     token_id = logged.token_id

@@ -10,6 +10,7 @@ import logging
 import uuid
 from collections import Counter
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -22,7 +23,7 @@ from icrlhf.generation.services import Served, item_create
 from icrlhf.ingest.services import CreationLimitReached, token_creation_check
 from icrlhf.integrations.redaction import scrub
 from icrlhf.queues.models import Item, Queue
-from icrlhf.trajectories.models import Feedback, Step
+from icrlhf.trajectories.models import Feedback, Step, Trajectory
 from icrlhf.trajectories.selectors import APPROVAL_ALLOWS_MEMORY, low_reward_q
 
 logger = logging.getLogger(__name__)
@@ -93,7 +94,8 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
                     # The N−1 other candidates answer the same conversation, with the same
                     # tools and output format, as the one served.
                     conversation=conversation,
-                    call_options=call.options,
+                    # Review needs the tools and the output format, not who asked.
+                    call_options=_without_end_user(call.options),
                 )
         except ValidationError as error:  # e.g. a request longer than items may be
             call.capture = Call.Capture.NONE
@@ -107,7 +109,7 @@ def call_capture(*, call_id: uuid.UUID) -> Item | None:
 
 def _redact_for_review(call: Call) -> None:
     """The call and the agent step it made, as a call captured when it was made keeps them."""
-    fields = ("request_text", "context", "answer_text", "tool_calls")
+    fields = ("request_text", "context", "answer_text", "tool_calls", "options")
     for name in fields:
         setattr(call, name, scrub(getattr(call, name), into="review"))
     call.save(update_fields=fields)
@@ -116,6 +118,10 @@ def _redact_for_review(call: Call) -> None:
         for name in step_fields:
             setattr(step, name, scrub(getattr(step, name), into="review"))
         step.save(update_fields=step_fields)
+
+
+def _without_end_user(options: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in options.items() if name != "user"}
 
 
 def _reward_given(call: Call) -> float | None:
@@ -172,21 +178,29 @@ def low_reward_steps_mark() -> int:
         .order_by("step__trajectory_id", "step__position", "pk")
         .values_list("pk", "step__trajectory_id", "queue__low_reward_captures_per_run")
     )
-    runs = {run for _, run, _ in eligible}
-    # Every low-reward capture the run ever had counts, however old: the cap is the run's.
-    taken = Counter(
-        Call.objects.filter(capture=Call.Capture.LOW_REWARD, step__trajectory_id__in=runs)
-        .values_list("step__trajectory_id", flat=True)
-        .order_by()
-    )
+    # Every low-reward capture the run ever had counts, whatever became of it (its item
+    # deleted, found a duplicate, refused): the cap is the run's, and a slot is never freed.
+    # The runs are locked while they are counted, so a sweep beside this one waits.
     chosen: list[uuid.UUID] = []
-    for call_id, run, cap in eligible:
-        if taken[run] < cap:
-            taken[run] += 1
-            chosen.append(call_id)
-    # Conditional: a sweep running beside this one marks none of these twice.
-    chosen_now = Call.objects.filter(pk__in=chosen, capture=Call.Capture.NONE)
-    return chosen_now.update(capture=Call.Capture.LOW_REWARD)
+    with transaction.atomic():
+        runs = Trajectory.objects.select_for_update().filter(pk__in={run for _, run, _ in eligible})
+        taken = dict(runs.values_list("pk", "low_reward_captures"))
+        added: Counter[uuid.UUID] = Counter()
+        for call_id, run, cap in eligible:
+            if taken[run] + added[run] >= cap:
+                continue
+            # Conditional: nothing marked since the list was read is marked twice.
+            marked = Call.objects.filter(pk=call_id, capture=Call.Capture.NONE).update(
+                capture=Call.Capture.LOW_REWARD
+            )
+            if marked:
+                added[run] += 1
+                chosen.append(call_id)
+        for run, count in added.items():
+            Trajectory.objects.filter(pk=run).update(
+                low_reward_captures=F("low_reward_captures") + count
+            )
+    return len(chosen)
 
 
 def _rewarded_since_the_rule() -> Q:

@@ -4,8 +4,10 @@ A call older than that loses everything end users wrote or that identifies them:
 request, the caller's context, the answer and its tool calls, the call's options (`user`,
 tools), its error (an upstream may quote the request) and the request's digest; its figures
 (source, timings, tokens, scores, holdout, status) stay for the dashboard. A captured call's review
-item is the queue's own data and keeps what review needs. A trajectory whose last step is
-that old loses its goal, its steps' messages and actions, and its feedback's comments."""
+item is the queue's own data and keeps what review needs (its words, redacted, and the
+tools offered), but not the end user the call named (`user`, copied with the options). Steps
+and feedback that old lose their words even while their run goes on; a run whose last step
+is that old loses its key and its end user too (trajectories.services.trajectories_purge)."""
 
 from datetime import datetime, timedelta
 
@@ -13,6 +15,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from icrlhf.gateway.models import Call
+from icrlhf.queues.models import Item
 from icrlhf.trajectories.services import trajectories_purge
 
 PURGED = ""
@@ -24,7 +27,8 @@ def calls_purge(*, now: datetime) -> int:
     days = settings.CALL_RETENTION_DAYS
     if days <= 0:
         return 0
-    expired = Call.objects.filter(created_at__lt=now - timedelta(days=days)).filter(
+    before = now - timedelta(days=days)
+    expired = Call.objects.filter(created_at__lt=before).filter(
         ~Q(request_text=PURGED)
         | ~Q(answer_text=PURGED)
         | ~Q(context=[])
@@ -34,7 +38,12 @@ def calls_purge(*, now: datetime) -> int:
         | ~Q(request_hash=PURGED)
     )
     # The runs these calls made up hold the same words: their steps, goals and feedback.
-    trajectories_purge(before=now - timedelta(days=days))
+    trajectories_purge(before=before)
+    # Items captured before their copy of the options was left without it.
+    copied = Item.objects.filter(calls__created_at__lt=before, call_options__has_key="user")
+    for item_id, options in copied.distinct().values_list("pk", "call_options"):
+        kept = {name: value for name, value in options.items() if name != "user"}
+        Item.objects.filter(pk=item_id).update(call_options=kept)
     return expired.update(
         request_text=PURGED,
         context=[],

@@ -23,7 +23,13 @@ from icrlhf.integrations.redaction import Destination, scrub
 from icrlhf.memory.selectors import RetrievedExample, examples_recall_anywhere
 from icrlhf.memory.signatures import PLAIN, tool_names
 from icrlhf.queues.models import Queue
-from icrlhf.trajectories.services import RunOwner, step_record
+from icrlhf.trajectories.services import (
+    RunHashes,
+    RunOwner,
+    end_user_key,
+    run_hashes,
+    step_record,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -248,7 +254,10 @@ def capture_reason(*, queue: Queue, top_score: float | None, memory: str) -> str
 @dataclass(frozen=True)
 class CallLogged:
     """What a call's log row and its run's step are written from, in JSON's types, so that
-    it can wait in the journal (`call_log`) until a writer writes it."""
+    it can wait in the journal (`call_log`) until a writer writes it. Kept as it will be
+    stored: the texts redacted (as REDACTION says for where the call goes), the end user as
+    its keyed hash, and the run's digests taken from the call as it arrived, so that nothing
+    the caller sent waits anywhere unredacted."""
 
     call_id: str
     queue_id: int
@@ -268,10 +277,14 @@ class CallLogged:
     capture: str
     memory_confidence: float | None
     trajectory_key: str
-    end_user: str
+    end_user: str  # trajectories.services.end_user_key of the call's `user`
     model: str
     answer_text: str
     total_ms: float
+    # What recognises the call's run (trajectories.services.RunHashes), and its tools' names.
+    continuation_hash: str
+    prefix_hashes: dict[str, int]
+    tool_names: list[str]
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     upstream_ms: float | None = None
     prompt_tokens: int = 0
@@ -297,6 +310,18 @@ class CallLogged:
         status_code: int = 200,
         error: str = "",
     ) -> "CallLogged":
+        """Blocking: the redaction takes its time (run it on a thread, not the event loop)."""
+        kept = _kept(
+            capture=plan.capture,
+            status_code=status_code,
+            request_text=plan.request_text,
+            context=plan.context,
+            options=plan.options,
+            end_user=plan.end_user,
+            answer_text=answer_text,
+            tool_calls=tool_calls or [],
+            error=error,
+        )
         return cls(
             call_id=str(call_id),
             queue_id=plan.queue.pk,
@@ -305,10 +330,7 @@ class CallLogged:
             stream=stream,
             source=plan.source,
             memory=plan.served_memory,
-            request_text=plan.request_text,
-            context=plan.context,
             request_hash=plan.request_hash,
-            options=plan.options,
             examples=[
                 {"id": str(r.example.pk), "score": round(r.score, 4)}
                 | ({"format": True} if r.format_only else {})
@@ -320,29 +342,74 @@ class CallLogged:
             capture=plan.capture,
             memory_confidence=plan.memory_confidence,
             trajectory_key=plan.trajectory_key,
-            end_user=plan.end_user,
             model=model or plan.model or Call.Source.MEMORY,
-            answer_text=answer_text,
             total_ms=total_ms,
-            tool_calls=tool_calls or [],
             upstream_ms=upstream_ms,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             status_code=status_code,
-            error=error,
+            **kept,
         )
+
+    @classmethod
+    def of_entry(cls, entry: dict[str, Any]) -> "CallLogged":
+        """A journal entry, as the writer reads it. One journaled by an earlier version holds
+        the call as it arrived: it is redacted and hashed now, as `of` would have."""
+        if "continuation_hash" in entry:
+            return cls(**entry)
+        kept = _kept(
+            capture=entry["capture"],
+            status_code=entry.get("status_code", 200),
+            request_text=entry["request_text"],
+            context=entry["context"],
+            options=entry["options"],
+            end_user=entry["end_user"],
+            answer_text=entry["answer_text"],
+            tool_calls=entry.get("tool_calls") or [],
+            error=entry.get("error", ""),
+        )
+        return cls(**(entry | kept))
+
+
+def _kept(
+    *,
+    capture: str,
+    status_code: int,
+    request_text: str,
+    context: list[dict[str, Any]],
+    options: dict[str, Any],
+    end_user: str,
+    answer_text: str,
+    tool_calls: list[dict[str, Any]],
+    error: str,
+) -> dict[str, Any]:
+    """A call's CallLogged fields that hold what its caller sent, as they are kept."""
+    # Redacted for where the call goes: review (its item, then memory) or only the log. The
+    # caller gets its answer whole; what is kept has placeholders where the personal data was
+    # (under REDACTION="captured", a call not captured is kept as sent: nothing to do).
+    into: Destination = "review" if capture and status_code == 200 else "log"
+    hashes = run_hashes(messages=context, answer_text=answer_text, tool_calls=tool_calls)
+    user = options.get("user")
+    return {
+        "request_text": scrub(request_text, into=into),
+        "context": scrub(context, into=into),
+        "answer_text": scrub(answer_text, into=into),
+        "tool_calls": scrub(tool_calls, into=into),
+        "error": scrub(error, into=into)[:500],  # an upstream may quote the request
+        # `user` names the end user, as their runs do: by its keyed hash.
+        "options": scrub(options, into=into) | ({"user": end_user_key(str(user))} if user else {}),
+        "end_user": end_user_key(end_user),
+        "continuation_hash": hashes.continuation,
+        "prefix_hashes": hashes.prefixes,
+        "tool_names": tool_names(options.get("tools")),
+    }
 
 
 def call_record(logged: CallLogged) -> Call | None:
     """Write the call's log row and, for a whole answer, its run's step; None when the row
-    was written already (a journal entry is written at least once)."""
+    was written already (a journal entry is written at least once). What `logged` holds is
+    stored as it is: it was redacted when it was made."""
     capture = logged.capture if logged.status_code == 200 else Call.Capture.NONE
-    # Before anything is stored (and, through the review item, embedded): the caller got its
-    # answer already; what is kept has placeholders where the personal data was.
-    into: Destination = "review" if capture else "log"
-    request_text, context = scrub(logged.request_text, into=into), scrub(logged.context, into=into)
-    kept_answer = scrub(logged.answer_text, into=into)
-    kept_tool_calls = scrub(logged.tool_calls, into=into)
     answered_at = datetime.fromisoformat(logged.answered_at)
     with transaction.atomic():
         try:
@@ -356,12 +423,12 @@ def call_record(logged: CallLogged) -> Call | None:
                     memory=logged.memory,
                     stream=logged.stream,
                     status_code=logged.status_code,
-                    error=scrub(logged.error, into=into)[:500],  # an upstream may quote it
-                    request_text=request_text,
-                    context=context,
+                    error=logged.error,
+                    request_text=logged.request_text,
+                    context=logged.context,
                     request_hash=logged.request_hash,
-                    answer_text=kept_answer,
-                    tool_calls=kept_tool_calls,
+                    answer_text=logged.answer_text,
+                    tool_calls=logged.tool_calls,
                     options=logged.options,
                     examples=logged.examples,
                     top_score=logged.top_score,
@@ -387,14 +454,15 @@ def call_record(logged: CallLogged) -> Call | None:
                         queue=Queue(pk=logged.queue_id),
                         owner=RunOwner(token_id=logged.token_id, end_user=logged.end_user),
                         key=logged.trajectory_key,
-                        messages=context,
-                        raw_messages=logged.context,
-                        decision_point=request_text,
-                        action_text=kept_answer,
-                        raw_action_text=logged.answer_text,
-                        tool_calls=kept_tool_calls,
-                        raw_tool_calls=logged.tool_calls,
-                        tool_names=tool_names(logged.options.get("tools")),
+                        messages=logged.context,
+                        hashes=RunHashes(
+                            continuation=logged.continuation_hash,
+                            prefixes=logged.prefix_hashes,
+                        ),
+                        decision_point=logged.request_text,
+                        action_text=logged.answer_text,
+                        tool_calls=logged.tool_calls,
+                        tool_names=logged.tool_names,
                         call_id=call.pk,
                         created_at=call.created_at,
                     )

@@ -285,11 +285,17 @@ class _Call:
         self.deadline = started + settings.GATEWAY_CALL_DEADLINE_S  # on time.monotonic()
 
     def log(self, **outcome: Any) -> Callable[[], None]:
-        """Its log row's hand-over (`call_log`), for a thread to run."""
-        logged = services.CallLogged.of(
-            call_id=self.id, plan=self.plan, token=self.token, stream=self.stream, **outcome
-        )
-        return lambda: call_log.call_log(logged)
+        """Its log row's hand-over (`call_log`), for a thread to run: the row is redacted
+        there, off the event loop."""
+
+        def hand_over() -> None:
+            call_log.call_log(
+                services.CallLogged.of(
+                    call_id=self.id, plan=self.plan, token=self.token, stream=self.stream, **outcome
+                )
+            )
+
+        return hand_over
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> str:
         return self._chunk(choices=[{"index": 0, "delta": delta, "finish_reason": finish_reason}])

@@ -31,8 +31,9 @@ class Trajectory(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="trajectories")
     # Its owner: the token whose calls made it, and the end user those calls named in `user`
-    # ("" when they named none). Only its owner's calls continue it, and only its owner's
-    # feedback rewards it (a reviewer, in the web app, sees every run of the queue).
+    # ("" when they named none), as a keyed hash (services.end_user_key): the id itself is
+    # not kept. Only its owner's calls continue it, and only its owner's feedback rewards it
+    # (a reviewer, in the web app, sees every run of the queue).
     token = models.ForeignKey(
         "ingest.IntegrationToken", null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -54,6 +55,9 @@ class Trajectory(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     approved_at = models.DateTimeField(null=True, blank=True)
+    # How many of its steps were ever chosen for review for a low reward, whatever became of
+    # the capture (deleted, a duplicate): the queue's cap per run counts them all.
+    low_reward_captures = models.PositiveIntegerField(default=0)
     # The examples its calls were prompted with have been credited with its reward (once).
     usage_credited = models.BooleanField(default=False)
     # When retention blanked what end users wrote in it (CALL_RETENTION_DAYS).

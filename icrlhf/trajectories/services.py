@@ -12,9 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import CharField, F, QuerySet, Value
+from django.db.models import CharField, F, Q, QuerySet, Value
 from django.db.models.functions import Cast, Concat
 from django.utils import timezone
+from django.utils.crypto import salted_hmac
 
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
@@ -43,9 +44,23 @@ def conversation_hash(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(comparable, ensure_ascii=False).encode()).hexdigest()
 
 
+# Changing it would part every end user from their runs (see migration 0005).
+_END_USER_SALT = "icrlhf.trajectories.end_user"
+
+
+def end_user_key(user: str) -> str:
+    """The end user a call names in `user`, as a run's owner is stored: a keyed hash (HMAC
+    with SECRET_KEY), so that runs are told apart by end user while the id itself is kept
+    nowhere and cannot be guessed back from the hash. "" (no end user) stays ""."""
+    if not user:
+        return ""
+    return salted_hmac(_END_USER_SALT, user, algorithm="sha256").hexdigest()
+
+
 @dataclass(frozen=True)
 class RunOwner:
-    """Who a run belongs to: the token whose calls made it, and the end user they named."""
+    """Who a run belongs to: the token whose calls made it, and the end user they named (as
+    `end_user_key` stores it)."""
 
     token_id: int | None
     end_user: str = ""
@@ -54,6 +69,34 @@ class RunOwner:
         return Trajectory.objects.filter(
             queue=queue, token_id=self.token_id, end_user=self.end_user
         )
+
+
+@dataclass(frozen=True)
+class RunHashes:
+    """What recognises a call's run without its words, computed from the call as the caller
+    has it (before any redaction): `continuation`, the conversation as the agent's next call
+    sends it back (this call's messages and its answer); `prefixes`, the digest of each start
+    of this call's messages that ends with an assistant message (an earlier step's
+    continuation), with its length in messages."""
+
+    continuation: str
+    prefixes: dict[str, int]
+
+
+def run_hashes(
+    *, messages: list[dict[str, Any]], answer_text: str, tool_calls: list[dict[str, Any]]
+) -> RunHashes:
+    # The answer as the assistant message it becomes in the caller's next call.
+    answer = step_message(text=answer_text, tool_calls=tool_calls)
+    return RunHashes(
+        continuation=conversation_hash([*messages, answer]),
+        # Longest first: the earlier steps' ends.
+        prefixes={
+            conversation_hash(messages[:end]): end
+            for end in range(len(messages), 0, -1)
+            if messages[end - 1].get("role") == "assistant"
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -68,31 +111,23 @@ def step_record(
     owner: RunOwner,
     key: str,
     messages: list[dict[str, Any]],
-    raw_messages: list[dict[str, Any]],
+    hashes: RunHashes,
     decision_point: str,
     action_text: str,
     tool_calls: list[dict[str, Any]],
     tool_names: list[str],
     call_id: Any,
     created_at: datetime,
-    raw_action_text: str | None = None,
-    raw_tool_calls: list[dict[str, Any]] | None = None,
 ) -> StepRecorded:
     """Record one call as the next step of its owner's trajectory.
 
-    `raw_messages`, `raw_action_text` and `raw_tool_calls` are the call's messages and
-    answer as the caller has them (for recognising the continuation); `messages`,
-    `action_text` and `tool_calls` as they are stored (redacted when REDACTION says so)."""
+    `messages`, `action_text` and `tool_calls` are stored as given (redacted already, when
+    REDACTION says so); the run is recognised by `hashes`, which `run_hashes` computes from
+    the call as the caller has it."""
     key = key.strip()[:KEY_MAX_LENGTH]
-    answered = action_text if raw_action_text is None else raw_action_text
-    # The answer as the assistant message it becomes in the caller's next call.
-    answer = step_message(
-        text=answered, tool_calls=tool_calls if raw_tool_calls is None else raw_tool_calls
-    )
-    continuation = conversation_hash([*raw_messages, answer])
     with transaction.atomic():
         trajectory, seen = _trajectory_for(
-            queue=queue, owner=owner, key=key, raw_messages=raw_messages
+            queue=queue, owner=owner, key=key, prefixes=hashes.prefixes
         )
         # A new unnamed run is created with this step counted: no other call can reach it
         # before the step is stored (it is found by the step's continuation). A named run's
@@ -124,23 +159,17 @@ def step_record(
             decision_point=decision_point,
             action_text="" if tool_calls else action_text,
             tool_calls=tool_calls,
-            continuation_hash=continuation,
+            continuation_hash=hashes.continuation,
         )
     return StepRecorded(trajectory=trajectory, step=step)
 
 
 def _trajectory_for(
-    *, queue: Queue, owner: RunOwner, key: str, raw_messages: list[dict[str, Any]]
+    *, queue: Queue, owner: RunOwner, key: str, prefixes: dict[str, int]
 ) -> tuple[Trajectory | None, int]:
     """The trajectory of its owner's that the call continues, and how many of its messages
     that trajectory has seen already (None, 0: a new one). Another token's run, or another
     end user's, is never continued, however alike the conversations are."""
-    # Each prefix that ends with an assistant message, longest first: the earlier steps' ends.
-    prefixes = {
-        conversation_hash(raw_messages[:end]): end
-        for end in range(len(raw_messages), 0, -1)
-        if raw_messages[end - 1].get("role") == "assistant"
-    }
     if key:
         named = owner.runs(queue).filter(key=key).first()
         if named is None:
@@ -199,21 +228,34 @@ def _trajectory_create(
 
 
 def trajectories_purge(*, before: datetime) -> int:
-    """Blank what end users wrote, and what identifies them, in runs whose last step is older
-    than `before` (the call log's retention): goals, keys and end users' ids, steps' messages
-    and actions, feedback's comments, corrections and keys. Outcomes, rewards and step counts
-    stay. Every run past the period is purged once, resumed ones (no goal) too."""
-    expired = Trajectory.objects.filter(last_step_at__lt=before, purged_at__isnull=True)
-    ids = list(expired.values_list("pk", flat=True))
-    # The continuation digest goes too: a purged run is never continued (its new steps
-    # would keep end users' words past the period, as `purged_at` says it was done).
-    Step.objects.filter(trajectory_id__in=ids).update(
-        observation=[], decision_point="", action_text="", tool_calls=[], continuation_hash=""
+    """Blank what end users wrote, and what identifies them, once it is older than `before`
+    (the call log's retention), each by its own age: a step's messages and actions, a
+    feedback's comment, correction and key, a run's goal (its first step's words), even while
+    the run goes on. A run whose last step is that old is purged whole: the same, and its key
+    and end user's id, and it is marked `purged_at` (never continued again). Outcomes,
+    rewards and step counts stay. Every run past the period is purged once, resumed ones (no
+    goal) too. Returns how many runs were purged whole."""
+    expired = list(
+        Trajectory.objects.filter(last_step_at__lt=before, purged_at__isnull=True).values_list(
+            "pk", flat=True
+        )
     )
+    # The continuation digest goes too: an old step of a run that goes on is not the one it
+    # is continued from (its latest is recent), and a purged run is never continued (its
+    # new steps would keep end users' words past the period, as `purged_at` says it was done).
+    Step.objects.filter(Q(created_at__lt=before) | Q(trajectory_id__in=expired)).filter(
+        ~Q(observation=[])
+        | ~Q(decision_point="")
+        | ~Q(action_text="")
+        | ~Q(tool_calls=[])
+        | ~Q(continuation_hash="")
+    ).update(observation=[], decision_point="", action_text="", tool_calls=[], continuation_hash="")
     # A feedback key stays unique per token: it becomes the row's own id.
-    Feedback.objects.filter(trajectory_id__in=ids).update(
-        comment="", corrected_action={}, key=Concat(Value("purged:"), Cast("pk", CharField()))
-    )
-    return Trajectory.objects.filter(pk__in=ids).update(
+    purged_key = Concat(Value("purged:"), Cast("pk", CharField()))
+    Feedback.objects.filter(Q(created_at__lt=before) | Q(trajectory_id__in=expired)).filter(
+        ~Q(comment="") | ~Q(corrected_action={}) | ~Q(key=purged_key)
+    ).update(comment="", corrected_action={}, key=purged_key)
+    Trajectory.objects.filter(created_at__lt=before).exclude(goal="").update(goal="")
+    return Trajectory.objects.filter(pk__in=expired).update(
         goal="", key="", end_user="", purged_at=timezone.now()
     )

@@ -20,7 +20,7 @@ from icrlhf.memory.models import CurationEvent, Example
 from icrlhf.queues.models import Queue
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Automation, Decision
-from icrlhf.trajectories.services import RunOwner, step_record
+from icrlhf.trajectories.services import RunOwner, run_hashes, step_record
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +71,7 @@ def world(user: Any) -> dict[str, str]:
         owner=RunOwner(token_id=None),
         key="run-1",
         messages=goal,
-        raw_messages=goal,
+        hashes=run_hashes(messages=goal, answer_text="Monday.", tool_calls=[]),
         decision_point="Where is order 4821?",
         action_text="Monday.",
         tool_calls=[],

@@ -21,6 +21,7 @@ from icrlhf.ingest.services import token_create
 from icrlhf.integrations import journal
 from icrlhf.trajectories.feedback import FeedbackTargetMissing, feedback_record
 from icrlhf.trajectories.models import Trajectory
+from icrlhf.trajectories.services import end_user_key
 from tests.conftest import LLMAnswer, wait_for
 from tests.factories import QueueFactory
 
@@ -83,7 +84,7 @@ def test_an_entry_written_twice_is_one_row_and_one_step(llm_answer: LLMAnswer) -
     call_log.entry_write(entry)
 
     assert Call.objects.filter(pk=call_id).count() == 1
-    assert services.call_record(services.CallLogged(**entry)) is None
+    assert services.call_record(services.CallLogged.of_entry(entry)) is None
     assert Trajectory.objects.get().steps.count() == 1
 
 
@@ -298,3 +299,118 @@ def test_a_row_the_database_keeps_refusing_is_a_dead_letter_on_the_health_page(
     assert health.content.decode() == "ok\ncall log journal: 0 waiting, 1 dead letters\n"
     [letter] = journal.dead_letters(journal.CALLS)
     assert letter["key"] == refused
+
+
+def journaled(call_id: str) -> str:
+    """The call's journal entry as it waits in Redis for the writer."""
+    entries, _, _ = journal._keys(journal.CALLS)
+    raw = journal._client().hget(entries, call_id)
+    assert raw is not None
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+@pytest.mark.parametrize("mode", ["all", "captured"])
+def test_the_journal_holds_the_call_redacted_and_its_end_user_as_a_keyed_hash(
+    llm_answer: LLMAnswer, settings: Any, mode: str
+) -> None:
+    """What waits in Redis for the writer is redacted already (REDACTION="captured": a call
+    review takes), the end user (`user`) is a keyed hash there and in the log, and the run is
+    still recognised from the call as its caller has it: the next call, which sends the
+    model's answer back whole, continues it."""
+    settings.REDACTION = mode
+    client, queue, _ = app()
+    queue.capture_percent = 100  # under "captured", this call goes to review
+    queue.save()
+    llm_answer("We will write to jane@example.com.")
+    asked = {"role": "user", "content": "I am jane@example.com, card 4111 1111 1111 1111"}
+    tool = {"type": "function", "function": {"name": "mail", "description": "jane@example.com"}}
+    payload = {"model": "helpdesk", "messages": [asked], "user": "jane-42", "tools": [tool]}
+    response = client.post("/v1/chat/completions", json.dumps(payload), "application/json")
+    assert response.status_code == 200
+    assert "jane@example.com" in response.json()["choices"][0]["message"]["content"]
+    first = str(response["X-Icrlhf-Call"])
+
+    entry = journaled(first)
+    for personal in ("jane@example.com", "4111 1111", "jane-42"):
+        assert personal not in entry, (personal, entry)
+    assert call_log.writer().drain() == 1
+    call = Call.objects.get(pk=first)
+    stored = json.dumps([call.request_text, call.context, call.answer_text, call.options])
+    assert "jane@example.com" not in stored and "[email]" in stored
+    assert call.options["user"] not in ("", "jane-42")
+    run = call.step.trajectory
+    assert run.end_user == call.options["user"]
+
+    llm_answer("Done.")
+    answered = {"role": "assistant", "content": "We will write to jane@example.com."}
+    thanks = {"role": "user", "content": "Thanks"}
+    payload["messages"] = [asked, answered, thanks]
+    response = client.post("/v1/chat/completions", json.dumps(payload), "application/json")
+    assert response.status_code == 200
+    assert call_log.writer().drain() == 1
+    second = Call.objects.get(pk=response["X-Icrlhf-Call"])
+    assert second.step.trajectory == run
+    assert [m["content"] for m in second.step.observation] == ["Thanks"]
+
+
+def test_a_call_captured_mode_does_not_take_is_journaled_as_sent(
+    llm_answer: LLMAnswer, settings: Any
+) -> None:
+    """REDACTION="captured" keeps a call nobody captured as sent: nothing is redacted for it
+    (redaction costs the gateway's threads time), only its end user is hashed."""
+    settings.REDACTION = "captured"
+    client, _, _ = app()
+    llm_answer("Noted.")
+    payload = {
+        "model": "helpdesk",
+        "messages": [{"role": "user", "content": "I am jane@example.com"}],
+        "user": "jane-42",
+    }
+    response = client.post("/v1/chat/completions", json.dumps(payload), "application/json")
+    assert response.status_code == 200
+    entry = journaled(str(response["X-Icrlhf-Call"]))
+    assert "jane@example.com" in entry and "jane-42" not in entry
+
+
+def test_an_entry_journaled_as_sent_by_the_previous_version_is_written_redacted(
+    llm_answer: LLMAnswer, settings: Any
+) -> None:
+    """An entry left in the journal by a gateway of the version before (the call as it
+    arrived, no digests) is written as today's would be: redacted, its end user hashed, its
+    run recognised."""
+    settings.REDACTION = "all"
+    client, queue, token = app()
+    llm_answer("Answer.")
+    model = json.loads(journaled(ask(client, [{"role": "user", "content": "Where is my card?"}])))
+    assert call_log.writer().drain() == 1
+    legacy = {
+        name: value
+        for name, value in model["entry"].items()
+        if name not in ("continuation_hash", "prefix_hashes", "tool_names")
+    }
+    call_id = str(uuid.uuid4())
+    said = "I am jane@example.com"
+    legacy |= {
+        "call_id": call_id,
+        "request_text": said,
+        "context": [{"role": "user", "content": said}],
+        "answer_text": "Hello jane@example.com",
+        "options": {"user": "jane-42"},
+        "end_user": "jane-42",
+    }
+    call_log.entry_write(legacy)
+
+    call = Call.objects.get(pk=call_id)
+    stored = json.dumps([call.request_text, call.context, call.answer_text, call.options])
+    assert "jane@example.com" not in stored and "jane-42" not in stored
+    assert call.step.trajectory.end_user == end_user_key("jane-42")
+    echoed = [
+        {"role": "user", "content": said},
+        {"role": "assistant", "content": "Hello jane@example.com"},
+        {"role": "user", "content": "Thanks"},
+    ]
+    llm_answer("You are welcome.")
+    payload = {"model": "helpdesk", "messages": echoed, "user": "jane-42"}
+    response = client.post("/v1/chat/completions", json.dumps(payload), "application/json")
+    assert call_log.writer().drain() == 1
+    assert Call.objects.get(pk=response["X-Icrlhf-Call"]).step.trajectory == call.step.trajectory

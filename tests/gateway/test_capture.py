@@ -15,6 +15,7 @@ from django.utils import timezone
 from icrlhf.gateway import capture, services
 from icrlhf.gateway import tasks as gateway_tasks
 from icrlhf.gateway.models import Call
+from icrlhf.gateway.retention import calls_purge
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.generation import pipeline, recovery
 from icrlhf.generation import tasks as generation_tasks
@@ -27,6 +28,7 @@ from icrlhf.trajectories.feedback import feedback_record
 from icrlhf.trajectories.selectors import LowRewardCaptures, low_reward_captures_of
 from tests.conftest import LLMAnswer, wait_for
 from tests.factories import (
+    ItemFactory,
     QueueFactory,
     UserFactory,
     member_add,
@@ -514,3 +516,90 @@ def test_turning_low_reward_captures_on_never_reaches_back_to_runs_rewarded_befo
     queue.capture_low_reward = True
     queue_save(queue=queue)
     assert Queue.objects.get(pk=queue.pk).capture_low_reward_since > turned_on
+
+
+def test_a_low_reward_capture_deleted_or_found_a_duplicate_keeps_its_slot_in_the_cap(
+    llm_answer: LLMAnswer,
+) -> None:
+    """The cap counts every capture a run has had: one whose review item was deleted, or that
+    turned out identical to a recent capture, does not let the next step of the run in."""
+    llm_answer("Let me look into that for you.")
+    client, queue = app_for(
+        capture_percent=0,
+        reward_threshold=0.5,
+        capture_low_reward=True,
+        low_reward_captures_per_run=1,
+    )
+    # Two runs that begin with the same words: their first calls are identical requests.
+    turns = ["My card was swallowed.", "It is still inside.", "Please help."]
+    deleted = run_through(client, "run-deleted", turns)
+    duplicate = run_through(client, "run-duplicate", turns)
+    for run_id in ("run-deleted", "run-duplicate"):
+        feedback_record(
+            queue=queue, token=None, call_id=None, trajectory_ref=run_id, reward=0.0, success=None
+        )
+    gateway_tasks.captures_sweep()
+    first = Call.objects.get(pk=deleted[0].pk)
+    assert first.item is not None
+    assert Call.objects.get(pk=duplicate[0].pk).capture == Call.Capture.DUPLICATE
+    first.item.delete()
+    assert Call.objects.get(pk=first.pk).capture == Call.Capture.REMOVED
+
+    gateway_tasks.captures_sweep()
+    later = [*deleted[1:], *duplicate[1:]]
+    assert list(
+        Call.objects.filter(pk__in=[c.pk for c in later]).values_list("capture", flat=True)
+    ) == [Call.Capture.NONE] * len(later)
+    assert not Item.objects.filter(calls__in=[c.pk for c in later]).exists()
+
+
+def test_a_captured_calls_item_keeps_the_tools_redacted_and_not_who_asked(
+    llm_answer: LLMAnswer, settings: Any
+) -> None:
+    """A call's options (`user`, the tools) are redacted as its words are, and its review
+    item copies the tools review needs but not the end user the call named."""
+    assert settings.REDACTION == "captured"
+    client, queue = app_for(capture_percent=100)
+    llm_answer("Done.")
+    tool = {
+        "type": "function",
+        "function": {"name": "mail", "description": "Mail jane.doe@example.com"},
+    }
+    payload = {
+        "model": "helpdesk",
+        "messages": [{"role": "user", "content": QUESTION}],
+        "tools": [tool],
+        "user": "jane.doe@example.com",
+    }
+    response = client.post("/v1/chat/completions", json.dumps(payload), "application/json")
+    assert response.status_code == 200
+    call = call_of(response)
+    item = wait_for(lambda: Call.objects.get(pk=call.pk).item, what="the capture")
+    assert "jane.doe@example.com" not in json.dumps(call.options)
+    assert "user" not in item.call_options
+    assert item.call_options["tools"][0]["function"] == {
+        "name": "mail",
+        "description": "Mail [email]",
+    }
+
+
+def test_retention_takes_the_end_user_from_an_item_captured_before(settings: Any) -> None:
+    """An item captured by an earlier version copied the call's `user`: once the call is past
+    the retention period, the item loses it too, and keeps the tools review needs."""
+    _client, queue = app_for()
+    tools = [{"type": "function", "function": {"name": "mail"}}]
+    item = ItemFactory(queue=queue, call_options={"user": "ana-42", "tools": tools})
+    Call.objects.create(
+        queue=queue,
+        source=Call.Source.MODEL,
+        memory=Call.Memory.EMPTY,
+        request_text=QUESTION,
+        options={"user": "ana-42", "tools": tools},
+        item=item,
+    )
+    settings.CALL_RETENTION_DAYS = 30
+    calls_purge(now=timezone.now() + timedelta(days=29))
+    assert Item.objects.get(pk=item.pk).call_options["user"] == "ana-42"
+    calls_purge(now=timezone.now() + timedelta(days=31))
+    assert Item.objects.get(pk=item.pk).call_options == {"tools": tools}
+    assert Call.objects.get(item=item).options == {}

@@ -28,7 +28,7 @@ from icrlhf.memory.models import Example
 from icrlhf.memory.selectors import examples_recall_anywhere
 from icrlhf.memory.signatures import Signature
 from icrlhf.trajectories.models import Trajectory
-from icrlhf.trajectories.services import RunOwner, step_record
+from icrlhf.trajectories.services import RunOwner, run_hashes, step_record
 from tests.conftest import GatewayProcess, WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 from tests.integration.test_real_llm import local_llm  # noqa: F401  (the module's LLM server)
@@ -159,7 +159,7 @@ def _step(
         owner=RunOwner(token_id=None, end_user=""),
         key="",
         messages=messages,
-        raw_messages=messages,
+        hashes=run_hashes(messages=messages, answer_text=text, tool_calls=[call] if call else []),
         decision_point=decision_point,
         action_text=text,
         tool_calls=[call] if call else [],

@@ -34,7 +34,7 @@ from icrlhf.queues.models import Item, Queue
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Automation, Decision
 from icrlhf.trajectories.models import Trajectory
-from icrlhf.trajectories.services import RunOwner, step_record
+from icrlhf.trajectories.services import RunOwner, run_hashes, step_record
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
 from tests.support.browser import log_in, new_page
 
@@ -197,7 +197,7 @@ def _trajectory(queue: Queue) -> Trajectory:
             owner=RunOwner(token_id=None),
             key="",
             messages=messages,
-            raw_messages=messages,
+            hashes=run_hashes(messages=messages, answer_text=text, tool_calls=calls),
             decision_point=str(messages[-1]["content"]),
             action_text=text,
             tool_calls=calls,

@@ -14,7 +14,7 @@ from icrlhf.gateway.retention import calls_purge
 from icrlhf.ingest.services import token_create
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
-from icrlhf.trajectories.services import RunOwner, StepRecorded, step_record
+from icrlhf.trajectories.services import RunOwner, StepRecorded, run_hashes, step_record
 from tests.factories import QueueFactory, agent_step
 
 pytestmark = pytest.mark.django_db
@@ -124,10 +124,10 @@ def test_a_redacted_answer_is_still_recognised_when_the_caller_sends_it_back() -
         owner=RunOwner(token_id=None),
         key="",
         messages=[GOAL],
-        raw_messages=[GOAL],
+        # As the caller got it.
+        hashes=run_hashes(messages=[GOAL], answer_text=said, tool_calls=[]),
         decision_point=GOAL["content"],
         action_text="Write to [EMAIL].",  # as stored
-        raw_action_text=said,  # as the caller got it
         tool_calls=[],
         tool_names=[],
         call_id=None,
@@ -261,3 +261,77 @@ def test_a_new_run_without_an_id_is_created_with_its_first_step_counted(
     assert second.trajectory == first.trajectory
     assert (second.trajectory.step_count, second.step.position) == (2, 1)
     assert Trajectory.objects.get().step_count == 2
+
+
+def test_a_run_continued_daily_under_one_key_keeps_only_the_recent_steps_words(
+    settings: Any,
+) -> None:
+    """Retention goes by each step's and each feedback's own age: a run an agent continues
+    every day under one key, for longer than the period, loses its old steps' words (and its
+    goal, the first step's), its old feedback's comments and corrections, while its recent
+    steps keep theirs and the run goes on under its key."""
+    settings.CALL_RETENTION_DAYS = 30
+    queue = QueueFactory()
+    record, _ = token_create(queue=queue, name="agent")
+    start = timezone.now() - timedelta(days=44)
+    messages: list[dict[str, Any]] = [SYSTEM]
+    for day in range(45):
+        messages = [*messages, {"role": "user", "content": f"Day {day}: mail ana{day}@example.com"}]
+        recorded = agent_step(
+            queue,
+            messages,
+            key="daily",
+            text=f"Noted on day {day}.",
+            token=record,
+            end_user="ana-42",
+            created_at=start + timedelta(days=day),
+        )
+        messages = [*messages, {"role": "assistant", "content": f"Noted on day {day}."}]
+        Feedback.objects.create(
+            queue=queue,
+            trajectory=recorded.trajectory,
+            step=recorded.step,
+            token=record,
+            key=f"fb-{day}",
+            reward=0.5,
+            comment=f"Ana on day {day}",
+            corrected_action={"content": f"Better on day {day}"},
+            created_at=start + timedelta(days=day),
+        )
+
+    calls_purge(now=timezone.now())
+
+    run = Trajectory.objects.get()
+    steps = list(run.steps.order_by("position"))
+    kept = [s.position for s in steps if s.decision_point]
+    assert kept == list(range(15, 45))  # the last 30 days' steps (day 14 is 30 days and more)
+    for step in steps[:15]:
+        assert (step.observation, step.action_text, step.continuation_hash) == ([], "", "")
+    assert steps[44].action_text == "Noted on day 44."
+    assert "Day 44" in json.dumps(steps[44].observation)
+    feedback = {f.key: f for f in Feedback.objects.all()}
+    assert sum(f.comment == "" and f.corrected_action == {} for f in feedback.values()) == 15
+    assert feedback["fb-44"].comment == "Ana on day 44" and "fb-14" not in feedback
+    assert Feedback.objects.filter(reward=0.5).count() == 45  # figures stay
+    everything = json.dumps(
+        [
+            list(Trajectory.objects.values("goal")),
+            list(Step.objects.filter(position__lt=15).values()),
+            list(Feedback.objects.filter(step__position__lt=15).values()),
+        ],
+        default=str,
+    )
+    for day in range(15):
+        assert f"ana{day}@example.com" not in everything and f"day {day}" not in everything
+    # The run goes on under its key, from where it was.
+    assert (run.purged_at, run.key, run.step_count) == (None, "daily", 45)
+    follow = agent_step(
+        queue,
+        [*messages, {"role": "user", "content": "Day 45"}],
+        key="daily",
+        text="Noted.",
+        token=record,
+        end_user="ana-42",
+    )
+    assert follow.trajectory == run
+    assert [m["content"] for m in follow.step.observation] == ["Day 45"]

@@ -12,6 +12,7 @@ from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example
 from icrlhf.trajectories.models import Feedback, Trajectory
+from icrlhf.trajectories.services import end_user_key
 from tests.factories import (
     ItemFactory,
     QueueFactory,
@@ -159,7 +160,9 @@ def test_the_runs_list_shows_each_runs_key_and_owner() -> None:
     assert '<code class="wrap-anywhere">order-4821</code>' in listing
     assert "—</span>" in listing  # the run grouped by its conversation has no key
     assert listing.count("shop-bot") == 2
-    assert 'for <code class="wrap-anywhere">cust-7</code>' in listing
+    # The end user by the keyed hash their runs are stored under: the id itself is kept nowhere.
+    assert f'for <code class="wrap-anywhere">{end_user_key("cust-7")}</code>' in listing
+    assert "cust-7" not in listing
 
 
 def test_an_empty_filter_says_none_match_and_how_many_runs_there_are() -> None:
