@@ -31,6 +31,7 @@ from django.db.models import Q, QuerySet
 from icrlhf.export import anonymity
 from icrlhf.export.formats import SCHEMA_VERSION, Record
 from icrlhf.export.models import ExportRun
+from icrlhf.integrations import untrusted_json
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
 from icrlhf.trajectories.turns import Message, step_message, step_turns
@@ -214,8 +215,8 @@ def _arguments(raw: Any) -> dict[str, Any]:
     """A call's arguments as the object chat templates read; a model's arguments that are not
     a JSON object would give the column two types, which Arrow (datasets) refuses."""
     try:
-        parsed = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
+        parsed = untrusted_json.loads(raw) if isinstance(raw, str) else raw
+    except untrusted_json.NotJson:
         raise _NotTrainable from None
     if not isinstance(parsed, dict):
         raise _NotTrainable
