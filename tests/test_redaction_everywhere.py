@@ -229,6 +229,13 @@ def surrogate_conversation() -> list[dict[str, Any]]:
     ]
 
 
+def downloaded(path: str, *, token: str) -> str:
+    """An export as its consumer gets it: streamed, then read as UTF-8."""
+    download = Client().get(path, headers={"Authorization": f"Bearer {token}"})
+    assert download.status_code == 200, (path, download.content)
+    return b"".join(download.streaming_content).decode()  # type: ignore[attr-defined]
+
+
 def web_client_of(queue: Any) -> Client:
     reviewer = UserFactory()
     queue.members.add(reviewer)
@@ -270,11 +277,18 @@ def test_an_escaped_lone_surrogate_beside_an_address_is_logged_rewarded_exported
         for run in ("run-captured", "run-rewarded"):
             feedback = client.post(
                 "/api/v1/feedback",
-                json.dumps({"trajectory_id": run, "reward": 1.0}),
+                json.dumps({"trajectory_id": run, "reward": 1.0, "success": True}),
                 content_type="application/json",
             )
             assert feedback.status_code == 201, feedback.content
         assert Example.objects.filter(step__call=rewarded.pk, role="preferred").exists()
+        # The runs' export, downloaded: every format is sent whole, UTF-8, no address in it.
+        _record, trainer = token_create(queue=queue, name="trainer", scopes=["export"])
+        for fmt in ("canonical", "openai", "trl", "pairs"):
+            lines = downloaded(f"/api/v1/exports/trajectories?format={fmt}", token=trainer)
+            assert ADDRESS not in lines, fmt
+            assert fmt == "pairs" or len(lines.splitlines()) == 2, fmt  # both runs succeeded
+            assert fmt != "canonical" or "[email]" in lines
         reviewer = web_client_of(queue)
         for logged in (captured, rewarded):
             run = Step.objects.get(call=logged.pk).trajectory
@@ -287,14 +301,9 @@ def test_an_escaped_lone_surrogate_beside_an_address_is_logged_rewarded_exported
     )
 
     for fmt in ("canonical", "trl", "openai", "kto"):
-        lines = exported(export_lines, fmt, ExportFilters(queue=queue))
+        with override_settings(ROOT_URLCONF="icrlhf.urls"):
+            lines = downloaded(f"/api/v1/exports/preferences?format={fmt}", token=trainer)
         assert lines and ADDRESS not in lines, fmt
-    for fmt in ("canonical", "openai", "trl", "pairs"):
-        lines = exported(trajectory_export_lines, fmt, TrajectoryFilters(queue=queue))
-        assert ADDRESS not in lines, fmt
-    assert "[email]" in exported(
-        trajectory_export_lines, "canonical", TrajectoryFilters(queue=queue)
-    )
     review_side = [
         table(Item, pk=item.pk),
         table(Example, queue=queue),

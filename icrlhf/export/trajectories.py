@@ -19,7 +19,6 @@ their results, feedback's comments and corrected actions — passes redaction. W
 run and which token posted its feedback are never exported.
 """
 
-import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -325,7 +324,9 @@ def trajectory_export_lines(
     for record in canonical_trajectories(found, anonymize=filters.anonymize):
         for line in trajectory_derive(record, fmt):
             count += 1
-            yield json.dumps(line, ensure_ascii=False) + "\n"
+            # A call's arguments are read as JSON here (training formats): written back,
+            # an escaped lone surrogate in them stays an escape, or the download fails.
+            yield untrusted_json.dumps(line) + "\n"
     ExportRun.objects.create(
         consumer=consumer,
         queue=filters.queue,

@@ -40,13 +40,13 @@ def loads(text: object) -> Any:
 
 
 def dumps(value: Any, *, indent: int | None = None) -> str:
-    """`value` (as `loads` returns it) as JSON text that both databases store and a page can
-    show: non-ASCII characters as they are, unless a lone surrogate is among them (what `loads`
-    makes of a "\\ud800" escape without its pair), which UTF-8 cannot encode: then every one
-    is an escape again."""
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False, indent=indent)
+    """`value` (what `loads` returned, or holds) as JSON text that both databases store and a
+    page or a download can send: non-ASCII characters as they are, unless a lone surrogate is
+    among them (what `loads` makes of a "\\ud800" escape without its pair), which UTF-8 cannot
+    encode: then every one is an escape again."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent)
     if unstorable_text(text) is not None:
-        return json.dumps(value, allow_nan=False, indent=indent)  # ASCII only
+        return json.dumps(value, indent=indent)  # ASCII only
     return text
 
 
