@@ -208,3 +208,160 @@ def test_personal_data_never_passes_unredacted_on_any_way_in(mode: str, settings
             table(model) for model in (Call, Step, Feedback, Trajectory, Item, Candidate, Example)
         ]
         assert leaks(everything) == []
+
+
+ADDRESS = "ana@example.com"
+# JSON written as text, its escaped lone surrogate beside an address: storable as sent (an
+# escape), and once JSON is read a real lone surrogate, which no database stores.
+SURROGATE_BESIDE_ADDRESS = '{"a": "\\ud800 ' + ADDRESS + '"}'
+
+
+def surrogate_conversation() -> list[dict[str, Any]]:
+    look_up = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "lookup_order", "arguments": SURROGATE_BESIDE_ADDRESS},
+    }
+    return [
+        {"role": "user", "content": SURROGATE_BESIDE_ADDRESS},
+        {"role": "assistant", "content": None, "tool_calls": [look_up]},
+        {"role": "tool", "tool_call_id": "call_1", "content": SURROGATE_BESIDE_ADDRESS},
+    ]
+
+
+def downloaded(path: str, *, token: str) -> str:
+    """An export as its consumer gets it: streamed, then read as UTF-8."""
+    download = Client().get(path, headers={"Authorization": f"Bearer {token}"})
+    assert download.status_code == 200, (path, download.content)
+    return b"".join(download.streaming_content).decode()  # type: ignore[attr-defined]
+
+
+def web_client_of(queue: Any) -> Client:
+    reviewer = UserFactory()
+    queue.members.add(reviewer)
+    client = Client()
+    client.force_login(reviewer)
+    return client
+
+
+@pytest.mark.parametrize("mode", ["captured", "all"])
+def test_an_escaped_lone_surrogate_beside_an_address_is_logged_rewarded_exported_and_shown(
+    mode: str, settings: Any, llm_answer: Any
+) -> None:
+    settings.REDACTION = mode
+    llm_answer("I will look into it.")
+    queue = QueueFactory(slug="helpdesk", n_candidates=2, capture_percent=100, reward_threshold=0.5)
+    _record, token = token_create(queue=queue, name="app")
+    client = Client(headers={"Authorization": f"Bearer {token}"})
+
+    def call(run: str) -> Call:
+        body = {"model": "helpdesk", "messages": surrogate_conversation(), "tools": TOOLS}
+        answer = client.post(
+            "/v1/chat/completions",
+            json.dumps(body),
+            "application/json",
+            headers={"X-Icrlhf-Trajectory": run},
+        )
+        assert answer.status_code == 200, answer.content
+        return Call.objects.get(pk=answer["X-Icrlhf-Call"])  # logged
+
+    captured = call("run-captured")
+    item = wait_for(
+        lambda: Item.objects.filter(calls=captured.pk, status=Item.Status.READY).first(),
+        what="the capture's candidates",
+    )
+    queue.capture_percent = 0  # the next call's words reach memory only by its reward
+    queue.save()
+    rewarded = call("run-rewarded")
+    with override_settings(ROOT_URLCONF="icrlhf.urls"):  # the web app's API and pages
+        for run in ("run-captured", "run-rewarded"):
+            feedback = client.post(
+                "/api/v1/feedback",
+                json.dumps({"trajectory_id": run, "reward": 1.0, "success": True}),
+                content_type="application/json",
+            )
+            assert feedback.status_code == 201, feedback.content
+        assert Example.objects.filter(step__call=rewarded.pk, role="preferred").exists()
+        # The runs' export, downloaded: every format is sent whole, UTF-8, no address in it.
+        _record, trainer = token_create(queue=queue, name="trainer", scopes=["export"])
+        for fmt in ("canonical", "openai", "trl", "pairs"):
+            lines = downloaded(f"/api/v1/exports/trajectories?format={fmt}", token=trainer)
+            assert ADDRESS not in lines, fmt
+            assert fmt == "pairs" or len(lines.splitlines()) == 2, fmt  # both runs succeeded
+            assert fmt != "canonical" or "[email]" in lines
+        reviewer = web_client_of(queue)
+        for logged in (captured, rewarded):
+            run = Step.objects.get(call=logged.pk).trajectory
+            page = reviewer.get(f"/q/{queue.slug}/trajectories/{run.pk}/")
+            assert page.status_code == 200, page.content[-2000:]
+        assert reviewer.get(f"/items/{item.pk}/").status_code == 200
+    served = Candidate.objects.get(generation__item=item, served=True)
+    decision_record(
+        item_id=item.pk, reviewer=UserFactory(), verdict="chosen", candidate_id=served.pk
+    )
+
+    for fmt in ("canonical", "trl", "openai", "kto"):
+        with override_settings(ROOT_URLCONF="icrlhf.urls"):
+            lines = downloaded(f"/api/v1/exports/preferences?format={fmt}", token=trainer)
+        assert lines and ADDRESS not in lines, fmt
+    review_side = [
+        table(Item, pk=item.pk),
+        table(Example, queue=queue),
+        table(Call, pk=captured.pk),
+        table(Step, call_id=captured.pk),
+    ]
+    assert ADDRESS not in json.dumps(review_side, default=str)
+
+
+DEEP_ARGUMENTS = "[" * 100_000  # as long as a call's arguments may be
+
+
+@pytest.mark.parametrize("mode", ["captured", "all"])
+def test_arguments_nested_100000_deep_fail_neither_the_gateway_the_run_page_nor_a_correction(
+    mode: str, settings: Any, llm_answer: Any
+) -> None:
+    settings.REDACTION = mode
+    llm_answer("Done.")
+    queue = QueueFactory(slug="helpdesk", n_candidates=2, capture_percent=100, reward_threshold=0.5)
+    _record, token = token_create(queue=queue, name="app")
+    client = Client(headers={"Authorization": f"Bearer {token}"})
+    look_up = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "lookup_order", "arguments": DEEP_ARGUMENTS},
+    }
+    messages = [
+        {"role": "user", "content": f"Where is my order? I am {ADDRESS}."},
+        {"role": "assistant", "content": None, "tool_calls": [look_up]},
+        {"role": "tool", "tool_call_id": "call_1", "content": DEEP_ARGUMENTS},
+    ]
+    answer = client.post(
+        "/v1/chat/completions",
+        json.dumps({"model": "helpdesk", "messages": messages, "tools": TOOLS}),
+        "application/json",
+        headers={"X-Icrlhf-Trajectory": "run-deep"},
+    )
+    assert answer.status_code == 200, answer.content
+    logged = Call.objects.get(pk=answer["X-Icrlhf-Call"])
+    # Planned for capture, so redacted whatever the mode (then too long to be an item).
+    assert ADDRESS not in json.dumps(table(Call, pk=logged.pk), default=str)
+
+    with override_settings(ROOT_URLCONF="icrlhf.urls"):
+        run = Step.objects.get(call=logged.pk).trajectory
+        page = web_client_of(queue).get(f"/q/{queue.slug}/trajectories/{run.pk}/")
+        assert page.status_code == 200, page.content[-2000:]
+        correction = {
+            "call_id": str(logged.pk),
+            "reward": 0.0,
+            "corrected_action": {
+                "tool_calls": [{"function": {"name": "refund", "arguments": DEEP_ARGUMENTS}}]
+            },
+        }
+        refused = client.post(
+            "/api/v1/feedback", json.dumps(correction), content_type="application/json"
+        )
+    assert refused.status_code == 422, refused.content
+    [problem] = refused.json()["errors"]
+    assert problem["field"] == "corrected_action.tool_calls.0.function.arguments"
+    assert "nested deeper" in problem["message"]
+    assert not Feedback.objects.filter(trajectory=run).exists()  # nothing saved

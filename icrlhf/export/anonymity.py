@@ -1,8 +1,8 @@
 """What an export does with end users' words and identities, one path for every export
 (decisions, agent runs). Their words always pass the one redaction (`scrub`: REDACTION
 decides, as for everything that leaves the call log); anonymised, they are redacted whatever
-REDACTION says, and an identity (a reviewer's name, an application's id for a run, a user
-message's `name`) is left out (null)."""
+REDACTION says, and an identity (a reviewer's name, an item's customer, an application's id
+for an item or a run, a user message's `name`) is left out (null)."""
 
 from typing import Any, cast
 
@@ -40,4 +40,9 @@ def action(value: dict[str, Any], *, anonymize: bool) -> dict[str, Any]:
 
 
 def tool_calls(value: list[dict[str, Any]], *, anonymize: bool) -> list[dict[str, Any]]:
+    return _words(value, anonymize=anonymize)
+
+
+def fields(value: dict[str, Any] | None, *, anonymize: bool) -> dict[str, Any] | None:
+    """A structured answer's fields (a triage's category, priority and reply)."""
     return _words(value, anonymize=anonymize)

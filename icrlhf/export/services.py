@@ -60,6 +60,9 @@ def _chunks(decisions: QuerySet[Decision]) -> Iterator[list[dict[str, Any]]]:
 
 
 def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iterator[Record]:
+    """Each decision's record. End users' and reviewers' words pass the one redaction of
+    every export (icrlhf.export.anonymity); anonymised, the identities are left out: the
+    reviewer, the item's customer and the application's id for it (its external id)."""
     for rows in _chunks(decisions):
         items = {
             i["id"]: i
@@ -127,14 +130,14 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
                 },
                 "item": {
                     "id": item["id"],
-                    "input": item["input_text"],
-                    "subject": item["subject"],
-                    "body": item["body"],
-                    "customer": item["customer"],
+                    "input": anonymity.text(item["input_text"], anonymize=anonymize),
+                    "subject": anonymity.text(item["subject"], anonymize=anonymize),
+                    "body": anonymity.text(item["body"], anonymize=anonymize),
+                    "customer": anonymity.identity(item["customer"], anonymize=anonymize),
                     "channel": item["channel"],
                     "priority": item["priority"],
                     "category": item["category"],
-                    "external_id": item["external_id"],
+                    "external_id": anonymity.identity(item["external_id"], anonymize=anonymize),
                     "source": item["source"],
                     "created_at": _iso(item["created_at"]),
                 },
@@ -146,12 +149,12 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
                     # Shown in random order without the confidence (the blind share).
                     "blind": generation["blind"],
                 },
-                "messages": generation["messages"],
+                "messages": anonymity.messages(generation["messages"], anonymize=anonymize),
                 "candidates": [
                     {
                         "id": c["id"],
                         "position": c["position"],
-                        "text": c["text"],
+                        "text": anonymity.text(c["text"], anonymize=anonymize),
                         "status": c["status"],
                         # A memory candidate is a stored preferred answer, not a model sample.
                         "source": c["source"],
@@ -160,19 +163,21 @@ def canonical_records(*, decisions: QuerySet[Decision], anonymize: bool) -> Iter
                         ),
                         "model": c["model"] or generation["model"],
                         "params": params if c["source"] == Candidate.Source.LLM else {},
-                        "fields": c["fields"],
+                        "fields": anonymity.fields(c["fields"], anonymize=anonymize),
                         "rank": c["rank"],  # the ranking's place (1: first); null unranked
                     }
                     for c in candidates[row["generation_id"]]
                 ],
                 "verdict": row["verdict"],
                 "chosen_candidate_id": row["chosen_candidate_id"],
-                "final_text": row["final_text"],
-                "final_fields": row["final_fields"],
-                "final_tool_calls": row["final_tool_calls"],
+                "final_text": anonymity.text(row["final_text"], anonymize=anonymize),
+                "final_fields": anonymity.fields(row["final_fields"], anonymize=anonymize),
+                "final_tool_calls": anonymity.tool_calls(
+                    row["final_tool_calls"], anonymize=anonymize
+                ),
                 "reviewer": anonymity.identity(row["reviewer__username"], anonymize=anonymize),
                 "reason_tags": row["reason_tags"],
-                "comment": row["comment"],
+                "comment": anonymity.text(row["comment"], anonymize=anonymize),
                 # The reviewer's optional 1-5 ratings, by candidate id.
                 "ratings": row["ratings"],
                 "guideline_version": row["guideline_version"],

@@ -19,7 +19,6 @@ their results, feedback's comments and corrected actions — passes redaction. W
 run and which token posted its feedback are never exported.
 """
 
-import json
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from django.db.models import Q, QuerySet
 from icrlhf.export import anonymity
 from icrlhf.export.formats import SCHEMA_VERSION, Record
 from icrlhf.export.models import ExportRun
+from icrlhf.integrations import untrusted_json
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
 from icrlhf.trajectories.turns import Message, step_message, step_turns
@@ -214,8 +214,8 @@ def _arguments(raw: Any) -> dict[str, Any]:
     """A call's arguments as the object chat templates read; a model's arguments that are not
     a JSON object would give the column two types, which Arrow (datasets) refuses."""
     try:
-        parsed = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
+        parsed = untrusted_json.loads(raw) if isinstance(raw, str) else raw
+    except untrusted_json.NotJson:
         raise _NotTrainable from None
     if not isinstance(parsed, dict):
         raise _NotTrainable
@@ -324,7 +324,9 @@ def trajectory_export_lines(
     for record in canonical_trajectories(found, anonymize=filters.anonymize):
         for line in trajectory_derive(record, fmt):
             count += 1
-            yield json.dumps(line, ensure_ascii=False) + "\n"
+            # A call's arguments are read as JSON here (training formats): written back,
+            # an escaped lone surrogate in them stays an escape, or the download fails.
+            yield untrusted_json.dumps(line) + "\n"
     ExportRun.objects.create(
         consumer=consumer,
         queue=filters.queue,

@@ -40,7 +40,9 @@ class ExportForm(forms.Form):
     since_last_export = forms.BooleanField(
         required=False, label="Only decided since my last export"
     )
-    anonymize = forms.BooleanField(required=False, label="Drop reviewer names")
+    anonymize = forms.BooleanField(
+        required=False, label="Drop reviewer and customer names and redact personal data"
+    )
 
     def __init__(self, *args: Any, user: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -2,6 +2,7 @@
 
 fastembed is imported on first use: the web process never embeds anything."""
 
+import hashlib
 import os
 import threading
 from collections.abc import Sequence
@@ -16,12 +17,18 @@ if TYPE_CHECKING:
 
 DIMENSIONS = 384
 _BATCH_SIZE = 16  # fastembed's default of 256 peaks near 9 GB of memory.
+# The model reads a text's first 256 word pieces (ops/models_build.py) and nothing after them,
+# and a word piece is a few characters (about 4 in English prose, spaces included): 32 a piece
+# keeps all that the model reads of any real text, while a megabyte's request is not
+# tokenised whole only for most of its pieces to be dropped.
+READ_CHARS = 256 * 32
 _load_lock = threading.Lock()
 # The vectors of recent texts: an application asking the same thing again (a retry, a stored
 # request answered from memory, an agent's goal on every step) is not embedded twice. A
-# vector costs ~4 ms of a core to make and ~3 KB to keep. Each process has its own; the
-# model is fixed for a process's life, so an entry never goes stale.
-_recent: LRUCache[str, tuple[float, ...]] = LRUCache(maxsize=settings.EMBEDDING_CACHE_SIZE)
+# vector costs ~4 ms of a core to make and ~3 KB to keep; its key, a digest of the text the
+# model read, 16 bytes (not the text: 4096 texts of up to a megabyte each). Each process has
+# its own; the model is fixed for a process's life, so an entry never goes stale.
+_recent: LRUCache[bytes, tuple[float, ...]] = LRUCache(maxsize=settings.EMBEDDING_CACHE_SIZE)
 _recent_lock = threading.Lock()
 
 
@@ -55,23 +62,34 @@ def _model() -> "TextEmbedding":
     )
 
 
+def _key(read: str) -> bytes:
+    # surrogatepass: a digest is never what fails on a text (the model says what it refuses).
+    return hashlib.blake2b(read.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
 def embed_texts(texts: Sequence[str]) -> list[list[float]]:
     """The texts' vectors, in order: those embedded recently from the cache, the others (each
-    distinct text once) in one batch."""
+    distinct text once) in one batch. Only a text's first READ_CHARS characters are read."""
     model_id()  # Vectors are only made by a known, complete model folder.
+    read = [text[:READ_CHARS] for text in texts]
+    keys = [_key(each) for each in read]
+    text_of = dict(zip(keys, read, strict=True))
     with _recent_lock:
-        known = {text: _recent[text] for text in texts if text in _recent}
-    missing = list(dict.fromkeys(text for text in texts if text not in known))
+        known = {key: _recent[key] for key in keys if key in _recent}
+    missing = [key for key in dict.fromkeys(keys) if key not in known]
     if missing:
         with _load_lock:
             model = _model()
-        made = [tuple(v.tolist()) for v in model.embed(missing, batch_size=_BATCH_SIZE)]
+        made = [
+            tuple(v.tolist())
+            for v in model.embed([text_of[key] for key in missing], batch_size=_BATCH_SIZE)
+        ]
         with _recent_lock:
-            for text, vector in zip(missing, made, strict=True):
+            for key, vector in zip(missing, made, strict=True):
                 if _recent.maxsize:  # a cache of size 0 refuses every entry
-                    _recent[text] = vector
+                    _recent[key] = vector
         known |= dict(zip(missing, made, strict=True))
-    return [list(known[text]) for text in texts]
+    return [list(known[key]) for key in keys]
 
 
 def embed_text(text: str) -> list[float]:

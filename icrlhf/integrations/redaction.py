@@ -8,7 +8,6 @@ Luhn check and IBANs their ISO 13616 check (`python-stdnum`), e-mail addresses t
 syntax (`email-validator`, no DNS lookup). A number that fails its check (an order number,
 a date) is left alone."""
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +17,8 @@ import phonenumbers
 from django.conf import settings
 from email_validator import EmailNotValidError, validate_email
 from stdnum import iban, luhn
+
+from icrlhf.integrations import untrusted_json
 
 EMAIL, PHONE, CARD, IBAN = "[email]", "[phone]", "[card number]", "[IBAN]"
 
@@ -105,16 +106,65 @@ def redact(text: str) -> Redacted:
     return Redacted(text=text, counts=counts)
 
 
-# What identifies a message or a call, never what someone wrote: left as it is, so that a
-# result still answers its call (`call_4155552671` is an id, not a phone number).
-_STRUCTURAL_KEYS = frozenset({"id", "tool_call_id", "type", "role"})
+# What identifies a message or a tool call, never what someone wrote: left as it is at the
+# envelope's own level, so that a result still answers its call (`call_4155552671` is an id,
+# not a phone number). Inside a content, a call's arguments or a tool's result the same keys
+# are words like any other (`lookup({"id": "ana@example.com"})`).
+_MESSAGE_ENVELOPE = frozenset({"role", "tool_call_id"})
+_TOOL_CALL_ENVELOPE = frozenset({"id", "type"})
 
 
 def redact_json(value: Any) -> Any:
-    """`value` with every string and number in it redacted, walking lists and dicts (tool
-    calls, tool results, structured outputs). A string that holds JSON (a tool call's
+    """`value` with every string and number in it redacted, walking lists and dicts (messages,
+    tool calls, tool results, structured outputs). A string that holds JSON (a tool call's
     `arguments`, a tool's result) is redacted as the JSON it holds, so it stays JSON: a number
     that is personal data becomes its placeholder as a string."""
+    return _redacted(value, envelope=True)[0]
+
+
+def _redacted(value: Any, *, envelope: bool) -> tuple[Any, bool]:
+    """`value` redacted, and whether anything changed. `envelope`: `value` may be a message,
+    a tool call or a list of them (not yet inside what someone wrote).
+
+    Walked without recursion: a caller's value is as deep as a request's parser allowed.
+    Each dict or list is copied into its holder, then its children are redacted into it."""
+    changed = False
+    top: list[Any] = [None]
+    pending: list[tuple[list[Any] | dict[str, Any], int | str, Any, bool]] = [
+        (top, 0, value, envelope)
+    ]
+    while pending:
+        holder, slot, item, in_envelope = pending.pop()
+        if isinstance(item, list):
+            copy: list[Any] = [None] * len(item)
+            holder[slot] = copy  # type: ignore[index]
+            pending.extend((copy, i, child, in_envelope) for i, child in enumerate(item))
+        elif isinstance(item, dict):
+            kept = _envelope_keys(item) if in_envelope else frozenset()
+            mapping: dict[str, Any] = dict.fromkeys(item)  # the caller's key order
+            holder[slot] = mapping  # type: ignore[index]
+            for key, child in item.items():
+                if key in kept:
+                    mapping[key] = child
+                else:
+                    # A message's or an action's tool calls are envelopes too.
+                    pending.append((mapping, key, child, in_envelope and key == "tool_calls"))
+        else:
+            redacted = _redacted_scalar(item)
+            changed = changed or redacted != item
+            holder[slot] = redacted  # type: ignore[index]
+    return top[0], changed
+
+
+def _envelope_keys(item: dict[str, Any]) -> frozenset[str]:
+    if "role" in item:  # a message
+        return _MESSAGE_ENVELOPE
+    if "function" in item:  # a tool call
+        return _TOOL_CALL_ENVELOPE
+    return frozenset()
+
+
+def _redacted_scalar(value: Any) -> Any:
     if isinstance(value, str):
         return _redacted_text(value)
     if isinstance(value, bool) or value is None:
@@ -123,26 +173,21 @@ def redact_json(value: Any) -> Any:
         text = str(value)
         redacted = redact(text).text
         return value if redacted == text else redacted
-    if isinstance(value, list):
-        return [redact_json(each) for each in value]
-    if isinstance(value, dict):
-        return {
-            key: each if key in _STRUCTURAL_KEYS else redact_json(each)
-            for key, each in value.items()
-        }
     return value
 
 
 def _redacted_text(text: str) -> str:
     if text.lstrip()[:1] in ("{", "["):
         try:
-            parsed = json.loads(text)
-        except ValueError:
-            pass  # not JSON after all: redacted as text
+            parsed = untrusted_json.loads(text)
+        except untrusted_json.NotJson:
+            pass  # not JSON after all (or too deep to be read as JSON): redacted as text
         else:
-            redacted = redact_json(parsed)
+            # What the string holds is someone's words, never an envelope. (This recursion
+            # is bounded: each string nested in a string doubles its escapes.)
+            redacted, changed = _redacted(parsed, envelope=False)
             # Unchanged, it is kept byte for byte (its spacing is the caller's).
-            return text if redacted == parsed else json.dumps(redacted, ensure_ascii=False)
+            return untrusted_json.dumps(redacted) if changed else text
     return redact(text).text
 
 

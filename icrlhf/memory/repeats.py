@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from icrlhf.integrations import untrusted_json
 from icrlhf.memory.selectors import RetrievedExample
 
 Message = dict[str, Any]
@@ -40,8 +41,8 @@ def _canonical(arguments: Any) -> str:
     parsed = arguments
     if isinstance(arguments, str):
         try:
-            parsed = json.loads(arguments)
-        except ValueError:
+            parsed = untrusted_json.loads(arguments)
+        except untrusted_json.NotJson:  # a model's broken JSON, or nesting too deep to read
             return arguments.strip()
     return json.dumps(parsed, sort_keys=True, separators=(",", ":"))
 

@@ -1,7 +1,6 @@
 """Decisions: recording one (what it teaches the memory, what it changes through the queue's
 kind, the decision webhook), settling an item once its reviewers have decided, and undo."""
 
-import json
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -17,6 +16,7 @@ from django.utils import timezone
 from icrlhf.generation import selectors as generation_selectors
 from icrlhf.generation import services as generation_services
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.integrations import untrusted_json
 from icrlhf.kinds import Final, kind_of
 from icrlhf.memory import services as memory_services
 from icrlhf.memory.curation import examples_usage_record
@@ -322,8 +322,8 @@ def _calls_differ(original: list[dict[str, Any]], edited: list[dict[str, Any]]) 
         for call in calls:
             function = call.get("function") or {}
             try:
-                arguments = json.loads(function.get("arguments") or "{}")
-            except ValueError:
+                arguments = untrusted_json.loads(function.get("arguments") or "{}")
+            except untrusted_json.NotJson:
                 arguments = function.get("arguments")
             out.append((function.get("name"), arguments))
         return out

@@ -28,6 +28,7 @@ from jsonschema.exceptions import best_match
 from referencing import Registry
 
 from icrlhf.generation.models import Candidate
+from icrlhf.integrations import untrusted_json
 from icrlhf.queues.models import Item
 
 logger = logging.getLogger(__name__)
@@ -131,9 +132,9 @@ def _typed(field: ArgumentField, raw: str, parameters: Mapping[str, Any], tool: 
             raise ValidationError(f"{where} must be true or false.")
         return raw == "true"
     try:
-        return json.loads(raw)
-    except ValueError:
-        raise ValidationError(f"{where} must be JSON (an object or a list).") from None
+        return untrusted_json.loads(raw)
+    except untrusted_json.NotJson as error:
+        raise ValidationError(f"{where} must be JSON (an object or a list): {error}.") from None
 
 
 def _schema_problem(parameters: Mapping[str, Any], arguments: dict[str, Any]) -> str | None:
@@ -157,8 +158,8 @@ def _schema_problem(parameters: Mapping[str, Any], arguments: dict[str, Any]) ->
 
 def _arguments_of(call: Mapping[str, Any]) -> dict[str, Any]:
     try:
-        arguments = json.loads((call.get("function") or {}).get("arguments") or "{}")
-    except ValueError:
+        arguments = untrusted_json.loads((call.get("function") or {}).get("arguments") or "{}")
+    except untrusted_json.NotJson:
         return {}
     return arguments if isinstance(arguments, dict) else {}
 
@@ -202,7 +203,7 @@ def tool_calls_edited(
                 "type": "function",
                 "function": {
                     "name": tool,
-                    "arguments": json.dumps(arguments, ensure_ascii=False, allow_nan=False),
+                    "arguments": untrusted_json.dumps(arguments),
                 },
             }
         )

@@ -11,7 +11,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
 from icrlhf.ingest.models import IntegrationToken
-from icrlhf.integrations import journal
+from icrlhf.integrations import journal, untrusted_json
 from icrlhf.integrations.redaction import scrub
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
@@ -59,9 +59,12 @@ def _correction_check(step: Step | None, action: dict[str, Any]) -> None:
                 "may call only the tools its call offered.",
             )
         try:
-            arguments = json.loads(function.get("arguments") or "{}")
-        except (TypeError, ValueError):
-            arguments = None
+            arguments = untrusted_json.loads(function.get("arguments") or "{}")
+        except untrusted_json.NotJson as error:
+            raise CorrectionRefused(
+                f"{where}.arguments",
+                f"The arguments must be a JSON object, as a call's are ({error}).",
+            ) from None
         if not isinstance(arguments, dict):
             raise CorrectionRefused(
                 f"{where}.arguments", "The arguments must be a JSON object, as a call's are."

@@ -390,3 +390,58 @@ def test_the_page_counts_what_the_filters_export_as_they_change(
 def test_reviewers_cannot_count_an_export_either(decisions: Any, logged_in: Client) -> None:
     response = logged_in.get("/export/", {"format": "canonical"}, HTTP_HX_REQUEST="true")
     assert response.status_code == 403
+
+
+def test_anonymised_the_decisions_export_redacts_every_text_and_leaves_identities_out(
+    queue: Any, user: Any, settings: Any
+) -> None:
+    """As the runs' export does (export/anonymity.py): whatever REDACTION says."""
+    settings.REDACTION = "off"
+    email, card = "ana.silva@example.com", "4111 1111 1111 1111"
+    item = ItemFactory(
+        queue=queue,
+        input_text=f"I am {email}.",
+        subject=f"From {email}",
+        body=f"Card {card}",
+        customer="Ana Silva",
+        external_id="crm-ana-silva",
+    )
+    generation = ready_generation(item, [f"Mail {email}?", "Sorry."])
+    generation.messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "name": "ana_silva", "content": item.input_text},
+    ]
+    generation.save()
+    first = generation.candidates.order_by("position").first()
+    decision = decision_record(
+        item_id=item.pk,
+        reviewer=user,
+        verdict="edited",
+        candidate_id=first.pk,
+        final_text=f"We wrote to {email}.",
+        comment=f"Customer {email} again",
+    )
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "mail", "arguments": json.dumps({"to": email})},
+    }
+    Candidate.objects.filter(generation=generation).update(fields={"reply": f"To {email}"})
+    Decision.objects.filter(pk=decision.pk).update(
+        final_fields={"reply": f"To {email}"}, final_tool_calls=[call]
+    )
+
+    for fmt in FORMATS:
+        text = "".join(
+            export_lines(fmt=fmt, filters=ExportFilters(anonymize=True), consumer="tests")
+        )
+        assert text and email not in text and card not in text, fmt
+        assert "Ana Silva" not in text and "ana_silva" not in text and "crm-ana" not in text
+    [record] = export("canonical", anonymize=True)
+    assert record["item"]["input"] == "I am [email]."
+    assert record["item"]["customer"] is None and record["item"]["external_id"] is None
+    assert record["final_tool_calls"][0]["id"] == "call_1"
+    assert json.loads(record["final_tool_calls"][0]["function"]["arguments"]) == {"to": "[email]"}
+    # Not anonymised, with REDACTION off, everything is as it was written.
+    [kept] = export("canonical")
+    assert kept["item"]["customer"] == "Ana Silva" and email in kept["comment"]

@@ -14,10 +14,11 @@ class _CountingModel:
     """Wraps the real model: counts the texts it is asked to embed."""
 
     def __init__(self, model: Any) -> None:
-        self.model, self.texts = model, 0
+        self.model, self.texts, self.longest = model, 0, 0
 
     def embed(self, texts: list[str], **options: Any) -> Iterator[Any]:
         self.texts += len(texts)
+        self.longest = max([self.longest, *map(len, texts)])
         return iter(self.model.embed(texts, **options))
 
 
@@ -83,3 +84,27 @@ def test_a_cache_of_size_zero_keeps_nothing(
     embeddings.embed_text("Where is my card?")
 
     assert counted.texts == 2
+
+
+# A megabyte of prose: far more than the model's 256 word pieces.
+LONG = "Where is my card? I ordered it on Monday, 3 weeks ago, and paid the fee. " * 14_000
+
+
+def test_the_model_gets_only_what_it_reads_and_the_vector_is_the_same(
+    counted: _CountingModel,
+) -> None:
+    vector = embeddings.embed_text(LONG)
+
+    assert counted.longest < len(LONG)  # not the whole megabyte
+    assert counted.longest <= embeddings.READ_CHARS
+    whole = next(iter(counted.model.model.embed([LONG])))  # the model, the whole text
+    assert vector == pytest.approx(whole.tolist(), abs=1e-6)
+
+
+def test_the_cache_keeps_a_digest_of_each_text_not_the_text(counted: _CountingModel) -> None:
+    embeddings.embed_text(LONG)
+    # Another text, the same as far as the model reads: the same vector, from the cache.
+    embeddings.embed_text(LONG + " Thanks!")
+
+    assert counted.texts == 1
+    assert [len(key) for key in embeddings._recent] == [16]

@@ -2,10 +2,12 @@
 look-alikes (numbers failing their checksum, broken addresses) left alone."""
 
 import json
+from typing import Any
 
 import pytest
 
 from icrlhf.integrations.redaction import CARD, EMAIL, IBAN, PHONE, redact, redact_json
+from icrlhf.integrations.text_checks import unstorable_text
 
 
 @pytest.mark.parametrize(
@@ -64,3 +66,63 @@ def test_json_stays_json_numbers_included_and_ids_stay_ids() -> None:
     untouched = '{"order_id":"4821",  "amount":20}'
     assert redact_json(untouched) == untouched  # nothing personal: byte for byte
     assert redact_json("{not json ana@example.com") == f"{{not json {EMAIL}"
+
+
+def test_an_escaped_lone_surrogate_stays_an_escape_that_both_databases_store() -> None:
+    # The escape, not the character: what a request that passed text_checks can hold.
+    arguments = '{"a": "\\ud800 ana@example.com", "b": "café"}'
+    assert unstorable_text(arguments) is None
+
+    redacted = redact_json(arguments)
+
+    assert unstorable_text(redacted) is None
+    assert "ana@example.com" not in redacted
+    assert json.loads(redacted) == {"a": f"\ud800 {EMAIL}", "b": "café"}
+
+
+def test_a_string_nested_deeper_than_json_is_read_is_redacted_as_text() -> None:
+    arguments = "[" * 100_000 + '"ana@example.com"'
+    assert redact_json(arguments) == "[" * 100_000 + f'"{EMAIL}"'
+    deep_but_json = "[" * 150 + '"ana@example.com"' + "]" * 150
+    assert redact_json(deep_but_json) == "[" * 150 + f'"{EMAIL}"' + "]" * 150
+
+
+def test_a_value_nested_deeper_than_pythons_recursion_limit_is_walked() -> None:
+    deep: list[Any] = ["ana@example.com"]
+    for _ in range(100_000):
+        deep = [deep]
+
+    redacted = redact_json(deep)
+
+    for _ in range(100_000):
+        redacted = redacted[0]
+    assert redacted == [EMAIL]
+
+
+def test_envelope_keys_stay_only_on_messages_and_tool_calls_themselves() -> None:
+    lookup = {
+        "id": "call_4155552671",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": json.dumps({"id": "ana@example.com"})},
+    }
+    result = json.dumps({"id": "ana@example.com", "type": "ana@example.com"})
+    messages = [
+        {"role": "assistant", "content": None, "tool_calls": [lookup]},
+        {"role": "tool", "tool_call_id": "call_4155552671", "content": result},
+        {"role": "user", "content": [{"type": "text", "text": "I am ana@example.com"}]},
+    ]
+
+    call, answer, asked = redact_json(messages)
+
+    assert call["tool_calls"][0]["id"] == "call_4155552671"  # an id, not a phone number
+    assert call["tool_calls"][0]["type"] == "function"
+    assert json.loads(call["tool_calls"][0]["function"]["arguments"]) == {"id": EMAIL}
+    assert answer["tool_call_id"] == "call_4155552671"
+    assert json.loads(answer["content"]) == {"id": EMAIL, "type": EMAIL}
+    assert asked["content"] == [{"type": "text", "text": f"I am {EMAIL}"}]
+    # A structured output (an answer's text) is words, whatever its keys.
+    structured = json.dumps({"id": "ana@example.com", "role": "ana@example.com"})
+    assert json.loads(redact_json(structured)) == {"id": EMAIL, "role": EMAIL}
+    assert redact_json({"content": "x", "tool_calls": [lookup]})["tool_calls"] == [
+        {**lookup, "function": {"name": "lookup", "arguments": json.dumps({"id": EMAIL})}}
+    ]

@@ -94,3 +94,12 @@ def test_a_step_whose_own_turns_show_the_loop_is_taught_to_no_one() -> None:
 def test_one_repeated_call_among_parallel_ones_is_enough_to_leave_a_step_out() -> None:
     both = _made(_call("call_5", {"order": "1234"}), _call("call_6", {"order": "77"}))
     assert without_repeats(LOOKED_UP, [_hit([ASKED, both], rank=1)]) == []
+
+
+def test_arguments_nested_deeper_than_json_is_read_compare_as_text() -> None:
+    deep = "[" * 100_000
+    conversation = [ASKED, _made(_call("call_0", deep)), _result("call_0")]
+
+    assert answered_calls(conversation) == {CallKey.of(_call("x", deep)): 1}
+    assert teaches_a_loop([*conversation, _made(_call("call_1", deep))])
+    assert CallKey.of(_call("a", deep)) != CallKey.of(_call("a", "[" * 99_999))

@@ -13,9 +13,11 @@ from django.test import Client
 from icrlhf.gateway.capture import call_capture
 from icrlhf.gateway.models import Call
 from icrlhf.generation.models import Candidate
+from icrlhf.integrations.text_checks import unstorable_text
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.models import Decision
+from icrlhf.review.templatetags.markup import json_fields, json_pretty
 from icrlhf.review.tool_edits import argument_fields, tool_calls_edited
 from icrlhf.trajectories.models import Step
 from tests.factories import GenerationFactory, ItemFactory, agent_step
@@ -271,3 +273,39 @@ def test_an_agent_steps_edited_call_is_preferred_and_the_served_call_its_rejecte
     ]
     assert preferred.output_text == 'escalate({"order_id": "4821"})'
     assert rejected.turns[-1]["tool_calls"] == [CALL] and rejected.candidate_id == served.pk
+
+
+@pytest.mark.parametrize("items", ["[" * 100_000, "[NaN]"], ids=["nested 100,000 deep", "NaN"])
+def test_a_json_value_that_is_not_standard_json_within_bounds_is_named(items: str) -> None:
+    fields = _fields(7, order_id="4821", amount="1", items=items)
+    with pytest.raises(ValidationError, match="refund: items must be JSON"):
+        tool_calls_edited(data=fields, candidate_id=7, original=[CALL], call_options=OPTIONS)
+
+
+def test_an_escaped_lone_surrogate_kept_from_the_model_stays_an_escape() -> None:
+    # An argument the schema does not list is kept as the model wrote it: here an escape
+    # that, read as JSON, is a lone surrogate, which neither database stores.
+    arguments = '{"order_id": "4821", "amount": 20, "note": "\\ud800 ok"}'
+    original = [{**CALL, "function": {"name": "refund", "arguments": arguments}}]
+
+    edited = tool_calls_edited(
+        data=_fields(7, order_id="4821", amount="12"),
+        candidate_id=7,
+        original=original,
+        call_options=OPTIONS,
+    )
+
+    assert edited is not None
+    written = edited[0]["function"]["arguments"]
+    assert unstorable_text(written) is None
+    assert json.loads(written)["note"] == "\ud800 ok"
+
+
+def test_the_editor_and_the_call_list_show_arguments_they_cannot_read_as_sent() -> None:
+    deep = "[" * 100_000
+    assert json_fields(deep) is None
+    assert json_pretty(deep) == deep
+    shown = json_fields('{"\\ud800": "\\udfff", "to": "café"}')
+    assert shown == [("\ufffd", '"\\udfff"'), ("to", '"café"')]
+    for name, value in shown or []:
+        (name + value).encode()  # a page is sent as UTF-8

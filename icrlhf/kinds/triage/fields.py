@@ -10,6 +10,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from icrlhf.integrations import untrusted_json
 from icrlhf.queues.models import Item, Queue
 
 PRIORITIES: tuple[str, ...] = tuple(Item.Priority.values)
@@ -97,8 +98,8 @@ def _json_object(text: str) -> dict[str, object] | None:
     attempts += [text[start:] + '"}', text[start:] + "}"]
     for attempt in attempts:
         try:
-            value = json.loads(attempt)
-        except (json.JSONDecodeError, RecursionError):  # a model's answer is untrusted
+            value = untrusted_json.loads(attempt)
+        except untrusted_json.NotJson:  # a model's answer is untrusted
             continue
         if isinstance(value, dict):
             return {str(k).strip().lower(): v for k, v in value.items()}

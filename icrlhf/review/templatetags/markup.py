@@ -1,7 +1,6 @@
 """LLM output and guidelines as markdown, sanitised: the model's text is untrusted."""
 
 import difflib
-import json
 import re
 from functools import lru_cache
 
@@ -10,6 +9,9 @@ import nh3
 from django import template
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
+
+from icrlhf.integrations import untrusted_json
+from icrlhf.integrations.text_checks import storable
 
 register = template.Library()
 
@@ -84,8 +86,8 @@ def json_pretty(text: str) -> str:
     """A tool call's arguments, indented when they are JSON (left as sent when not: a model
     may write broken JSON, and the reviewer should see it as it is). Escaped by the template."""
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except (TypeError, ValueError):
+        return untrusted_json.dumps(untrusted_json.loads(text), indent=2)
+    except untrusted_json.NotJson:
         return text or ""
 
 
@@ -94,9 +96,11 @@ def json_fields(text: str) -> list[tuple[str, str]] | None:
     """A tool call's arguments as (name, value) pairs, each value as JSON writes it, when they
     are a JSON object: one short line per argument. None when they are not (shown as sent)."""
     try:
-        arguments = json.loads(text)
-    except (TypeError, ValueError):
+        arguments = untrusted_json.loads(text)
+    except untrusted_json.NotJson:
         return None
     if not isinstance(arguments, dict):
         return None
-    return [(str(name), json.dumps(value, ensure_ascii=False)) for name, value in arguments.items()]
+    # A name is shown, not stored: a lone surrogate in it (which the page cannot encode) is
+    # shown as U+FFFD.
+    return [(storable(str(name)), untrusted_json.dumps(value)) for name, value in arguments.items()]

@@ -1,10 +1,11 @@
 """The field editor of a candidate's tool calls (review/tool_edits.py reads what it posts)."""
 
-import json
 from typing import Any
 
 from django import template
 
+from icrlhf.integrations import untrusted_json
+from icrlhf.integrations.text_checks import storable
 from icrlhf.review.tool_edits import (
     UnusableSchema,
     argument_fields,
@@ -26,7 +27,7 @@ def _shown(value: Any, kind: str) -> str:
         return choice_text(value)
     if kind in ("string", "integer", "number") and isinstance(value, str | int | float):
         return str(value)
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return value if isinstance(value, str) else untrusted_json.dumps(value)
 
 
 @register.inclusion_tag("review/_tool_call_editor.html")
@@ -40,8 +41,8 @@ def tool_call_editor(candidate: Any, call_options: dict[str, Any]) -> dict[str, 
     for index, call in enumerate(candidate.tool_calls or []):
         function = call.get("function") or {}
         try:
-            arguments = json.loads(function.get("arguments") or "{}")
-        except ValueError:
+            arguments = untrusted_json.loads(function.get("arguments") or "{}")
+        except untrusted_json.NotJson:
             arguments = {}
         arguments = arguments if isinstance(arguments, dict) else {}
         tools = [
@@ -54,7 +55,9 @@ def tool_call_editor(candidate: Any, call_options: dict[str, Any]) -> dict[str, 
                         "input_name": field_name(candidate.pk, index, tool, field.name),
                         # Another tool's argument of the same name starts with this value:
                         # switching refund(order_id) to escalate(order_id) keeps the order.
-                        "value": _shown(arguments.get(field.name), field.kind),
+                        # A lone surrogate (a "\\ud800" escape in the model's arguments)
+                        # cannot be sent in a page: shown, and kept if posted, as U+FFFD.
+                        "value": storable(_shown(arguments.get(field.name), field.kind)),
                     }
                     for field in fields[tool]
                 ],

@@ -36,7 +36,11 @@ class Command(BaseCommand):
             action="store_true",
             help="Only what was decided after this command's previous export (same queue).",
         )
-        parser.add_argument("--anonymize", action="store_true", help="Drop reviewer names.")
+        parser.add_argument(
+            "--anonymize",
+            action="store_true",
+            help="Drop reviewer and customer names and redact personal data from the text.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         queue = queue_named(options["queue"])
