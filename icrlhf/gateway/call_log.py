@@ -122,7 +122,7 @@ class JournalState:
 
 
 def journal_state() -> JournalState:
-    keep_days = _keep_s() / (24 * 3600)
+    keep_days = min(_keep_s(), journal.KEEP_S) / (24 * 3600)  # the journal's own longest
     if not journal.available():
         return JournalState(state="none", keep_days=keep_days)
     try:
