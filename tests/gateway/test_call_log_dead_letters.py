@@ -122,7 +122,7 @@ def test_retry_writes_those_whose_cause_was_fixed_and_keeps_the_others_with_thei
 
     assert Call.objects.get(pk=mended).queue == queue
     assert not Call.objects.filter(pk=still_refused).exists()
-    assert "1 written, 1 failed again (kept, with their error), 0 past" in said
+    assert "1 written, 1 failed again (kept, with their error), 0 too old to keep" in said
     assert said.startswith(f"{still_refused}  queue helpdesk  answered ")  # what is left
     assert SECRET not in said
     [letter] = call_log.dead_letters()

@@ -50,7 +50,7 @@ class Command(BaseCommand):
         left = call_log.dead_letters()
         said = (
             f"{retried.written} written, {retried.kept} failed again (kept, with their error), "
-            f"{retried.expired} past the call log's retention (dropped unwritten)."
+            f"{retried.expired} too old to keep (dropped unwritten)."
         )
         if not options["json"]:
             self._lines(left)
@@ -70,7 +70,8 @@ class Command(BaseCommand):
         for letter in letters:
             queue = letter.queue or f"#{letter.queue_id} (deleted)"
             self.stdout.write(
-                f"{letter.call_id}  queue {queue}  answered {letter.answered_at:%Y-%m-%d %H:%M:%S}"
+                f"{letter.call_id}  queue {queue}"
+                f"  answered {letter.answered_at.isoformat(timespec='seconds')}"
                 f"  tries {letter.tries}  {letter.error}"
             )
 
