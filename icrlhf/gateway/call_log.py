@@ -6,16 +6,19 @@ all processes, in the order the calls were answered. An application that posts f
 call as soon as it has the answer finds the row: the feedback waits while the row is still in
 the journal (`trajectories.feedback`). A process killed mid-burst leaves its rows in the
 journal; the next writer, or the worker's sweep while no gateway runs, writes them. A row the
-database keeps refusing is set aside as a dead letter (counted on the gateway's /healthz),
-and nothing stays in the journal longer than the call log's retention.
+database keeps refusing is set aside as a dead letter (counted on the gateway's /healthz and,
+for admins, on the web app's call log page); an operator lists them, writes them again once
+the cause is fixed, or discards them (`manage.py call_log_dead_letters`). Nothing stays in the
+journal longer than the call log's retention.
 
 Without Redis (the tests' cache) the row is written in place, before the answer."""
 
 import logging
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, replace
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
@@ -106,13 +109,92 @@ def journal_sweep() -> int:
     return journal.sweep(journal.CALLS, entry_write, keep_s=_keep_s(), transient=_TRANSIENT)
 
 
-def journal_health() -> str:
-    """The journal's line on the health page: what waits to be written, and what was set
-    aside (dead letters: rows the database kept refusing, in the gateway's log)."""
+@dataclass(frozen=True)
+class JournalState:
+    """How the journal stands: "none" (the cache is not Redis: rows are written in place),
+    "unreachable" (Redis is down: the same, until it is back) or "up", with its figures."""
+
+    state: Literal["none", "unreachable", "up"]
+    waiting: int = 0  # calls answered whose rows are still to be written
+    dead_letters: int = 0  # rows the database kept refusing, set aside
+    tries: int = journal.TRIES  # refusals after which a row is set aside
+    keep_days: float = 0.0  # how long anything stays in the journal
+
+
+def journal_state() -> JournalState:
+    keep_days = min(_keep_s(), journal.KEEP_S) / (24 * 3600)  # the journal's own longest
     if not journal.available():
-        return "call log journal: none (the cache is not Redis: rows are written in place)"
+        return JournalState(state="none", keep_days=keep_days)
     try:
         counts = journal.counts(journal.CALLS)
     except journal.JournalUnavailable:
+        return JournalState(state="unreachable", keep_days=keep_days)
+    return JournalState(
+        state="up",
+        waiting=counts.waiting,
+        dead_letters=counts.dead_letters,
+        tries=journal.TRIES,
+        keep_days=keep_days,
+    )
+
+
+def journal_health() -> str:
+    """The journal's line on the health page: what waits to be written, and what was set
+    aside (dead letters: rows the database kept refusing, in the gateway's log)."""
+    state = journal_state()
+    if state.state == "none":
+        return "call log journal: none (the cache is not Redis: rows are written in place)"
+    if state.state == "unreachable":
         return "call log journal: unreachable (rows are written in place)"
-    return f"call log journal: {counts.waiting} waiting, {counts.dead_letters} dead letters"
+    return f"call log journal: {state.waiting} waiting, {state.dead_letters} dead letters"
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A dead letter as an operator sees it: never what the end user wrote."""
+
+    call_id: str
+    queue_id: int
+    queue: str  # its slug, or "" when the queue was deleted since
+    answered_at: datetime
+    failed_at: datetime
+    tries: int
+    error: str  # the last error's first line: a database's later lines may quote the row
+
+
+def dead_letters() -> list[DeadLetter]:
+    """The call log's dead letters, newest first (none without a journal). Raises
+    journal.JournalUnavailable when Redis cannot be reached."""
+    if not journal.available():
+        return []
+    letters = journal.dead_letters(journal.CALLS)
+    queue_ids = {int(letter["entry"]["queue_id"]) for letter in letters}
+    slugs = dict(Queue.objects.filter(pk__in=queue_ids).values_list("pk", "slug"))
+    return [
+        DeadLetter(
+            call_id=str(letter["key"]),
+            queue_id=int(letter["entry"]["queue_id"]),
+            queue=slugs.get(int(letter["entry"]["queue_id"]), ""),
+            answered_at=datetime.fromisoformat(letter["entry"]["answered_at"]),
+            failed_at=datetime.fromtimestamp(letter["failed_at"], tz=UTC),
+            tries=int(letter.get("tries", journal.TRIES)),
+            error=journal.error_line(str(letter["error"])),
+        )
+        for letter in letters
+    ]
+
+
+def dead_letters_retry() -> journal.Retried:
+    """Write the dead letters again as the writer would (`entry_write`), once their cause is
+    fixed: those written leave, the others stay with their new error; those past the call
+    log's retention leave unwritten."""
+    if not journal.available():
+        return journal.Retried(written=0, kept=0, expired=0)
+    return journal.dead_letters_retry(journal.CALLS, entry_write, keep_s=_keep_s())
+
+
+def dead_letters_discard() -> int:
+    """Drop the dead letters (rows that will never be written); returns how many."""
+    if not journal.available():
+        return 0
+    return journal.dead_letters_discard(journal.CALLS)

@@ -9,12 +9,14 @@ from django.db.models import Count, F, Max, Q, QuerySet
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
+from icrlhf.gateway.call_log import JournalState, journal_state
 from icrlhf.gateway.models import Call
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.insights.stats import two_proportion_p, wilson
 from icrlhf.kinds import kind_of
 from icrlhf.kinds.labels import answer_key
 from icrlhf.memory.models import Example
+from icrlhf.queues.access import AnyUser, is_admin
 from icrlhf.queues.models import Queue
 from icrlhf.review.guard import audit_agreed
 from icrlhf.review.models import Automation, Decision
@@ -581,6 +583,14 @@ def _anchoring(queue: Queue, days: list[date]) -> Anchoring:
 def queue_calls(*, queue: Queue) -> QuerySet[Call]:
     """The queue's gateway calls, newest first."""
     return Call.objects.filter(queue=queue).order_by("-created_at", "-pk")
+
+
+def call_log_journal(*, user: AnyUser) -> JournalState | None:
+    """How the call log's journal stands, across every queue: for admins only (None for
+    anyone else), who alone act on it (its dead letters are handled on the command line)."""
+    if not is_admin(user):
+        return None
+    return journal_state()
 
 
 def queue_dashboard(*, queue: Queue) -> Dashboard:

@@ -10,6 +10,7 @@ from icrlhf.insights.selectors import (
     Rewards,
     ServingDay,
     Window,
+    call_log_journal,
     queue_calls,
     queue_dashboard,
 )
@@ -174,5 +175,10 @@ def queue_calls_page(request: HttpRequest, slug: str) -> HttpResponse:
     # Calls hold what end users wrote: reviewers and curators of the queue only.
     review_check(request.user, queue)
     page = Paginator(queue_calls(queue=queue), CALLS_PER_PAGE).get_page(request.GET.get("page"))
-    context = {"queue": queue, "page": page, "upstream_detail": is_admin(request.user)}
+    context = {
+        "queue": queue,
+        "page": page,
+        "upstream_detail": is_admin(request.user),
+        "journal": call_log_journal(user=request.user),
+    }
     return render(request, "insights/calls.html", context)

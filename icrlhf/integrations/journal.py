@@ -9,10 +9,13 @@ added: an agent's next call is journaled after its previous one was, and written
 
 Each entry names its run (`Run`). An entry that cannot be written yet holds back its run's
 later entries, and only those: the next catching up writes them all, in order. One the
-database keeps refusing (`_TRIES` times; a failure the caller calls transient, such as the
+database keeps refusing (`TRIES` times; a failure the caller calls transient, such as the
 database being down, is not counted) is set aside as a dead letter, which lets its run go on.
 Dead letters are few (`DEAD_MAX`, the newest), counted (`counts`), and, like the entries, gone
 once older than the journal's keep time (its caller's retention): catching up purges them.
+An operator, once the cause is fixed, writes them again (`dead_letters_retry`) or drops them
+(`dead_letters_discard`); each letter is removed or replaced on its own, atomically, so that
+neither runs over a writer setting a new one aside meanwhile.
 
 An entry leaves the hash only once its row is written. A writer killed mid-write leaves it
 there: whoever takes the lock next writes what is left, oldest first, before anything else,
@@ -29,8 +32,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -56,7 +59,7 @@ STALE_S = 30.0
 # writers were all down this long has lost more than its log).
 KEEP_S = 7 * 24 * 3600.0
 # Failed tries after which an entry is set aside as a dead letter.
-_TRIES = 5
+TRIES = 5
 # Dead letters kept, the newest.
 DEAD_MAX = 1000
 # Keys taken from the list at once.
@@ -69,6 +72,15 @@ type Write = Callable[[dict[str, Any]], None]
 _TRIED = """
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+end
+"""
+
+# Replaces a dead letter by its new version (tried again), unless it left meanwhile
+# (discarded, purged, written by another retry): it is not brought back.
+_LETTER_REPLACED = """
+local at = redis.call('LPOS', KEYS[1], ARGV[1])
+if at then
+    redis.call('LSET', KEYS[1], at, ARGV[2])
 end
 """
 
@@ -97,6 +109,17 @@ class Run:
 class Counts:
     waiting: int
     dead_letters: int
+
+
+@dataclass(frozen=True)
+class Retried:
+    """What writing the dead letters again did: how many were written and left, how many
+    failed again and stay (with their new error), how many were past the keep time and
+    left unwritten."""
+
+    written: int
+    kept: int
+    expired: int
 
 
 def _key(name: str, part: str) -> str:
@@ -169,10 +192,101 @@ def counts(name: str) -> Counts:
 
 
 def dead_letters(name: str) -> list[dict[str, Any]]:
-    """The dead letters, newest first: each entry's key, entry, when it was added and set
-    aside (Unix time), and the error it last failed with."""
+    """The dead letters, newest first: each entry's key, entry, when it was added and last
+    failed (Unix time), how many times it failed (`tries`; a letter set aside before they
+    were counted has none), and the error it last failed with."""
+    with _reached():
+        return [json.loads(letter) for letter in _letters(name)]
+
+
+@contextmanager
+def _reached() -> Iterator[None]:
+    """Redis failing within is JournalUnavailable to the caller."""
+    try:
+        yield
+    except redis.RedisError as error:
+        raise JournalUnavailable(f"The journal could not be reached: {error}") from error
+
+
+def _letters(name: str) -> list[str]:
+    """The dead letters as stored: a letter is removed or replaced by its exact text."""
     letters: list[bytes] = _client().lrange(_dead_key(name), 0, -1)  # type: ignore[assignment]
-    return [json.loads(letter) for letter in letters]
+    return [_text(letter) for letter in letters]
+
+
+def dead_letters_retry(name: str, write: Write, *, keep_s: float = KEEP_S) -> Retried:
+    """Write each dead letter's entry again with `write`, oldest first: one written leaves,
+    one that fails again stays, with its new error and one more try; one older than
+    `keep_s` leaves unwritten (what end users wrote is kept no longer). Writing must be
+    idempotent, as for the writer: two retries at once may write a letter twice. Raises
+    JournalUnavailable when Redis cannot be reached (what was written is written again by
+    the next retry)."""
+    with _reached():
+        return _dead_letters_retried(name, write, keep_s=keep_s)
+
+
+def _dead_letters_retried(name: str, write: Write, *, keep_s: float) -> Retried:
+    dead = _dead_key(name)
+    client = _client()
+    written = kept = expired = 0
+    now = time.time()
+    for raw in reversed(_letters(name)):
+        letter = json.loads(raw)
+        if now - letter["added"] > min(keep_s, KEEP_S):
+            expired += int(client.lrem(dead, 1, raw))
+            continue
+        try:
+            write(letter["entry"])
+        except Exception as error:
+            # Its first line only: a database's later lines may quote the row (what the end
+            # user wrote), and an operator's terminal is no place for it.
+            logger.warning(
+                "A %s dead letter (%s) failed again: %s",
+                name,
+                letter["key"],
+                error_line(_error_text(error)),
+            )
+            again = {
+                **letter,
+                "tries": int(letter.get("tries", TRIES)) + 1,
+                "failed_at": time.time(),
+                "error": _error_text(error),
+            }
+            client.register_script(_LETTER_REPLACED)(keys=[dead], args=[raw, json.dumps(again)])
+            kept += 1
+            continue
+        client.lrem(dead, 1, raw)
+        written += 1
+    return Retried(written=written, kept=kept, expired=expired)
+
+
+def dead_letters_discard(name: str) -> int:
+    """Remove the dead letters there are now (one set aside meanwhile stays); returns how
+    many were removed. Raises JournalUnavailable when Redis cannot be reached."""
+    dead = _dead_key(name)
+    with _reached():
+        letters = _letters(name)
+        if not letters:
+            return 0
+        with _client().pipeline(transaction=True) as together:
+            for raw in letters:
+                together.lrem(dead, 1, raw)
+            removed: list[int] = together.execute()
+    return sum(removed)
+
+
+def _error_text(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"[:2000]
+
+
+# Characters of an error's first line shown to an operator.
+ERROR_LINE_MAX = 200
+
+
+def error_line(error: str) -> str:
+    """A dead letter's error as an operator is shown it: its first line, shortened (a
+    database's later lines, DETAIL or CONTEXT, may quote the row it refused)."""
+    return (error.splitlines() or [""])[0][:ERROR_LINE_MAX]
 
 
 def _still_waiting(name: str, keys: list[str]) -> list[str]:
@@ -397,7 +511,7 @@ class Writer:
 
     def _attempt(self, key: str, body: dict[str, Any]) -> bool:
         """Write the entry unless an earlier one of its run is left unwritten; a failure
-        leaves it (and holds back its run), or sets it aside once it failed `_TRIES` times."""
+        leaves it (and holds back its run), or sets it aside once it failed `TRIES` times."""
         run = _run_of(key, body)
         if run.id in self._blocked:
             return False
@@ -409,9 +523,9 @@ class Writer:
             return False
         except Exception as error:
             tries = int(body.get("tries", 0)) + 1
-            if tries >= _TRIES:
+            if tries >= TRIES:
                 logger.exception("A %s journal entry (%s) is a dead letter", self.name, key)
-                self._dead_letter(key, body, run, error)
+                self._dead_letter(key, body, run, error, tries=tries)
             else:
                 logger.exception("A %s journal entry (%s) could not be written", self.name, key)
                 self._tried(key, {**body, "tries": tries})
@@ -432,7 +546,9 @@ class Writer:
         client = _client()
         client.register_script(_TRIED)(keys=[entries], args=[key, json.dumps(body)])
 
-    def _dead_letter(self, key: str, body: dict[str, Any], run: Run, error: Exception) -> None:
+    def _dead_letter(
+        self, key: str, body: dict[str, Any], run: Run, error: Exception, *, tries: int
+    ) -> None:
         entries, _, _ = _keys(self.name)
         dead = _dead_key(self.name)
         letter = {
@@ -440,7 +556,8 @@ class Writer:
             "entry": body["entry"],
             "added": body["added"],
             "failed_at": time.time(),
-            "error": f"{type(error).__name__}: {error}"[:2000],
+            "tries": tries,
+            "error": _error_text(error),
         }
         with _client().pipeline(transaction=True) as together:
             together.hdel(entries, key)
@@ -477,17 +594,20 @@ class Writer:
         return written
 
     def _dead_letters_purge(self, now: float) -> None:
+        # Each by its own text: rewriting the list would bring back a letter an operator's
+        # retry or discard removed meanwhile (the command holds no lock: the gateway's
+        # writer always does).
         dead = _dead_key(self.name)
-        client = _client()
-        letters: list[bytes] = client.lrange(dead, 0, -1)  # type: ignore[assignment]
-        kept = [letter for letter in letters if now - json.loads(letter)["added"] <= self.keep_s]
-        if len(kept) == len(letters):
+        expired = [
+            letter
+            for letter in _letters(self.name)
+            if now - json.loads(letter)["added"] > self.keep_s
+        ]
+        if not expired:
             return
-        with client.pipeline(transaction=True) as together:
-            together.delete(dead)
-            if kept:
-                together.rpush(dead, *kept)
-                together.expire(dead, int(self.keep_s))
+        with _client().pipeline(transaction=True) as together:
+            for letter in expired:
+                together.lrem(dead, 1, letter)
             together.execute()
 
     def drain(self) -> int:

@@ -269,7 +269,7 @@ def test_a_row_the_database_keeps_refusing_is_a_dead_letter_on_the_health_page(
 ) -> None:
     """An entry no database can store (here: what 1e999 was before the gateway refused it)
     is tried a few times, set aside, and counted; the run's next call is written meanwhile."""
-    monkeypatch.setattr(journal, "_TRIES", 2)
+    monkeypatch.setattr(journal, "TRIES", 2)
     client, _, _ = app()
     llm_answer("Which order?")
     first = [{"role": "user", "content": "Where is my parcel?"}]

@@ -9,7 +9,9 @@ from django.utils import timezone
 
 from icrlhf.gateway.models import Call
 from icrlhf.insights.selectors import queue_dashboard
+from tests.conftest import cache_in_redis
 from tests.factories import QueueFactory, UserFactory
+from tests.gateway.test_call_log_dead_letters import answered, set_aside
 
 pytestmark = pytest.mark.django_db
 
@@ -125,3 +127,42 @@ def test_the_upstreams_own_words_in_the_log_are_for_admins(queue: Any, logged_in
     admin = Client()
     admin.force_login(UserFactory(is_superuser=True))
     assert "evil.example" in admin.get(f"/q/{queue.slug}/calls/").content.decode()
+
+
+@pytest.mark.django_db(transaction=True)  # the writer closes its connection, as in its thread
+@pytest.mark.usefixtures("redis_cache")
+def test_admins_see_the_call_logs_dead_letters_and_what_to_do_and_no_one_else(
+    queue: Any, logged_in: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answered(queue, refused=True)
+    set_aside(monkeypatch)
+    answered(queue)  # no writer since: waiting
+    admin = Client()
+    admin.force_login(UserFactory(groups=["admin"]))
+
+    page = admin.get(f"/q/{queue.slug}/calls/").content.decode()
+
+    assert "<strong>1</strong><span>calls answered, waiting to be logged</span>" in page
+    assert "<strong>1</strong><span>dead letter</span>" in page
+    assert 'class="warning" role="status">A dead letter is a call' in page
+    assert "<code>python manage.py call_log_dead_letters</code>" in page
+    assert "<code>--retry</code>" in page and "<code>--discard</code>" in page
+    # Install-wide figures about the gateway, for admins: not for the queue's own members.
+    assert "dead letter" not in logged_in.get(f"/q/{queue.slug}/calls/").content.decode()
+
+
+def test_admins_are_told_when_there_is_no_journal_or_it_is_out_of_reach(
+    queue: Any, settings: Any
+) -> None:
+    admin = Client()
+    admin.force_login(UserFactory(is_superuser=True))
+
+    assert (
+        "No journal: the cache is not Redis"
+        in admin.get(f"/q/{queue.slug}/calls/").content.decode()
+    )
+
+    cache_in_redis(settings)
+    settings.CACHES["default"]["LOCATION"] = "redis://127.0.0.1:9/0"  # nothing listens there
+    page = admin.get(f"/q/{queue.slug}/calls/").content.decode()
+    assert "The journal (Redis) cannot be reached" in page

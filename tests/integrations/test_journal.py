@@ -190,7 +190,7 @@ def test_an_entry_refused_again_and_again_becomes_a_dead_letter_and_frees_its_ru
     agent = run("r")
     added("a1", "a2", of=agent)
     rows.refused = {"a1"}
-    for _ in range(journal._TRIES - 1):
+    for _ in range(journal.TRIES - 1):
         assert journal.Writer(NAME, rows).drain() == 0
         assert rows.written == [] and journal.pending(NAME, "a1")
     assert journal.counts(NAME) == journal.Counts(waiting=2, dead_letters=0)
@@ -208,7 +208,7 @@ def test_a_database_that_is_down_makes_no_dead_letter() -> None:
     rows = Rows()
     added("a")
     rows.down = {"a"}
-    for _ in range(journal._TRIES + 1):
+    for _ in range(journal.TRIES + 1):
         assert journal.Writer(NAME, rows, transient=(DatabaseDown,)).drain() == 0
 
     assert journal.counts(NAME) == journal.Counts(waiting=1, dead_letters=0)
@@ -218,7 +218,7 @@ def test_a_database_that_is_down_makes_no_dead_letter() -> None:
 
 def test_dead_letters_are_bounded_keeping_the_newest(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(journal, "DEAD_MAX", 3)
-    monkeypatch.setattr(journal, "_TRIES", 1)
+    monkeypatch.setattr(journal, "TRIES", 1)
     rows = Rows()
     keys = [f"k{n}" for n in range(5)]
     rows.refused = set(keys)
@@ -233,7 +233,7 @@ def test_dead_letters_are_bounded_keeping_the_newest(monkeypatch: pytest.MonkeyP
 def test_nothing_outlives_the_keep_time(monkeypatch: pytest.MonkeyPatch) -> None:
     """Neither an entry nobody could write, nor a dead letter, nor a key renewed by every
     new entry: what end users wrote leaves the journal with the call log's retention."""
-    monkeypatch.setattr(journal, "_TRIES", 2)
+    monkeypatch.setattr(journal, "TRIES", 2)
     rows = Rows()
     rows.refused = {"old", "dead"}
     added("dead", "old", keep_s=60)
@@ -320,3 +320,99 @@ def test_a_reader_waits_only_for_its_owners_entries_of_the_run_it_names() -> Non
     assert journal.waited_for_run(NAME, owner="app", run_key="refund-7", timeout_s=5)
     assert "mine" in rows.written
     assert not journal.waited_for(NAME, "mine", owner="app", timeout_s=5)
+
+
+def dead(*keys: str, rows: Rows, keep_s: float = journal.KEEP_S) -> None:
+    """Entries under `keys`, each of a run of its own, set aside as dead letters."""
+    added(*keys, keep_s=keep_s)
+    rows.refused |= set(keys)
+    for _ in range(journal.TRIES):
+        journal.Writer(NAME, rows, keep_s=keep_s).drain()
+    assert set(keys) <= {letter["key"] for letter in journal.dead_letters(NAME)}
+
+
+def test_dead_letters_written_again_leave_and_those_failing_again_stay_with_their_error() -> None:
+    rows = Rows()
+    dead("a", "b", "c", rows=rows)
+    assert {letter["tries"] for letter in journal.dead_letters(NAME)} == {journal.TRIES}
+    rows.refused = {"b"}  # the cause fixed, but for b
+    rows.down = {"c"}  # and c meets a database that is down (not refused, but not written)
+
+    retried = journal.dead_letters_retry(NAME, rows)
+
+    assert retried == journal.Retried(written=1, kept=2, expired=0)
+    assert rows.written == ["a"]
+    c, b = journal.dead_letters(NAME)  # the list's order kept: newest first
+    assert (b["key"], b["tries"]) == ("b", journal.TRIES + 1)
+    assert (c["key"], c["tries"], c["error"]) == (
+        "c",
+        journal.TRIES + 1,
+        "DatabaseDown: the database went away",
+    )
+
+    rows.refused, rows.down = set(), set()
+    assert journal.dead_letters_retry(NAME, rows) == journal.Retried(written=2, kept=0, expired=0)
+    assert rows.written == ["a", "b", "c"]  # oldest first
+    assert journal.counts(NAME) == journal.Counts(waiting=0, dead_letters=0)
+
+
+def test_dead_letters_past_the_keep_time_are_dropped_unwritten_by_a_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rows = Rows()
+    dead("old", rows=rows, keep_s=60)
+    later = time.time() + 61
+    monkeypatch.setattr(journal.time, "time", lambda: later)
+    rows.refused = set()
+
+    assert journal.dead_letters_retry(NAME, rows, keep_s=60) == journal.Retried(
+        written=0, kept=0, expired=1
+    )
+    assert rows.written == [] and journal.counts(NAME).dead_letters == 0
+
+
+def test_discarding_drops_the_dead_letters_and_says_how_many() -> None:
+    rows = Rows()
+    dead("a", "b", rows=rows)
+
+    assert journal.dead_letters_discard(NAME) == 2
+
+    assert journal.counts(NAME).dead_letters == 0
+    assert journal.dead_letters_discard(NAME) == 0
+
+
+def test_a_letter_discarded_while_a_retry_writes_it_is_not_brought_back() -> None:
+    rows = Rows()
+    dead("a", rows=rows)
+
+    def discarded_meanwhile(entry: dict[str, Any]) -> None:
+        journal.dead_letters_discard(NAME)  # another operator, while this write fails
+        raise RuntimeError("the database refused the row")
+
+    assert journal.dead_letters_retry(NAME, discarded_meanwhile).kept == 1
+    assert journal.counts(NAME).dead_letters == 0
+
+
+def test_a_letter_discarded_while_the_writer_purges_is_not_brought_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The purge (the writer's, under its lock) and an operator's command (under none) may
+    meet: the purge removes only what it found too old."""
+    monkeypatch.setattr(journal, "TRIES", 1)
+    rows = Rows()
+    start = time.time()
+    dead("old", rows=rows, keep_s=60)
+    monkeypatch.setattr(journal.time, "time", lambda: start + 31)
+    dead("new", rows=rows, keep_s=60)
+    monkeypatch.setattr(journal.time, "time", lambda: start + 62)  # "old" is too old now
+    read = journal._letters
+
+    def read_then_discarded_test_double(name: str) -> list[str]:
+        letters = read(name)
+        journal._client().delete(journal._dead_key(name))  # an operator's discard, meanwhile
+        return letters
+
+    monkeypatch.setattr(journal, "_letters", read_then_discarded_test_double)
+    journal.Writer(NAME, rows, keep_s=60).drain()
+
+    assert journal._client().llen(journal._dead_key(NAME)) == 0
