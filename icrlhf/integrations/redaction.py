@@ -9,7 +9,6 @@ syntax (`email-validator`, no DNS lookup). A number that fails its check (an ord
 a date) is left alone."""
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
@@ -57,31 +56,49 @@ def _emails(text: str, counts: dict[str, int]) -> str:
     return _TOKEN.sub(replace, text)
 
 
-def _checked(
-    text: str,
-    pattern: re.Pattern[str],
-    valid: Callable[[str], bool],
-    placeholder: str,
-    counts: dict[str, int],
-) -> str:
-    def replace(match: re.Match[str]) -> str:
-        if not valid(re.sub(r"[ -]", "", match.group(0))):
-            return match.group(0)
-        counts[placeholder] = counts.get(placeholder, 0) + 1
-        return placeholder
+# How many of a candidate's first groups (and, for cards, last groups) may be something else
+# than the number: a few, so that a megabyte of digit groups stays a linear scan.
+_GROUPS_TRIED = 3
 
-    return pattern.sub(replace, text)
+
+def _group_starts(found: str) -> list[int]:
+    """Where a candidate's first groups of digits or letters begin: a candidate may begin with
+    what is not part of the number ("order 7 4111 1111 …", "\\ud800 DE89 …", a word that looks
+    like an IBAN's start), and the number then begins at a later group."""
+    starts = [0, *(index + 1 for index, character in enumerate(found) if character in " -")]
+    return starts[:_GROUPS_TRIED]
+
+
+def _cards(text: str, counts: dict[str, int]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        found = match.group(0)
+        # The whole candidate first; failing that, the longest run of its groups that passes
+        # (what comes before or after a card number may be digits of something else).
+        separators = [index for index, character in enumerate(found) if character in " -"]
+        ends = [len(found), *reversed(separators[-_GROUPS_TRIED + 1 :])]
+        for start in _group_starts(found):
+            for end in (end for end in ends if end > start):
+                digits = re.sub(r"[ -]", "", found[start:end])
+                if 13 <= len(digits) <= 19 and luhn.is_valid(digits):
+                    counts[CARD] = counts.get(CARD, 0) + 1
+                    return found[:start] + CARD + _cards(found[end:], counts)
+        return found
+
+    return _CARD_CANDIDATE.sub(replace, text)
 
 
 def _ibans(text: str, counts: dict[str, int]) -> str:
     def replace(match: re.Match[str]) -> str:
         found = match.group(0)
         # The pattern runs on into the words after an IBAN ("… 6119 to other bank"): the
-        # longest start of the candidate that passes the check is the IBAN, the rest stays.
-        for end in range(len(found), 14, -1):
-            if found[end - 1] != " " and iban.is_valid(found[:end].replace(" ", "")):
-                counts[IBAN] = counts.get(IBAN, 0) + 1
-                return IBAN + found[end:]
+        # longest run of the candidate's groups that passes the check is the IBAN, the rest
+        # stays.
+        ends = [len(found), *(i for i in range(len(found) - 1, 14, -1) if found[i] == " ")]
+        for start in _group_starts(found):
+            for end in (end for end in ends if end - start >= 15):
+                if iban.is_valid(found[start:end].replace(" ", "")):
+                    counts[IBAN] = counts.get(IBAN, 0) + 1
+                    return found[:start] + IBAN + _ibans(found[end:], counts)
         return found
 
     return _IBAN_CANDIDATE.sub(replace, text)
@@ -105,7 +122,7 @@ def redact(text: str) -> Redacted:
     counts: dict[str, int] = {}
     text = _emails(text, counts)
     text = _ibans(text, counts)
-    text = _checked(text, _CARD_CANDIDATE, luhn.is_valid, CARD, counts)
+    text = _cards(text, counts)
     text = _phones(text, counts)
     return Redacted(text=text, counts=counts)
 

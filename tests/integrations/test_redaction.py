@@ -126,3 +126,26 @@ def test_envelope_keys_stay_only_on_messages_and_tool_calls_themselves() -> None
     assert redact_json({"content": "x", "tool_calls": [lookup]})["tool_calls"] == [
         {**lookup, "function": {"name": "lookup", "arguments": json.dumps({"id": EMAIL})}}
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # A word that looks like an IBAN's start ("ud80…" of an escaped surrogate) before one.
+        ('{"note": "\\ud800 DE89 3704 0044 0532 0130 00 "}', f'{{"note": "\\ud800 {IBAN} "}}'),
+        ("ref AB12 DE89 3704 0044 0532 0130 00 today", f"ref AB12 {IBAN} today"),
+        # A stray group of digits before or after a card number.
+        ("order 7 4111 1111 1111 1111 please", f"order 7 {CARD} please"),
+        ("4111 1111 1111 1111 7 please", f"{CARD} 7 please"),
+    ],
+)
+def test_a_number_is_found_among_the_groups_around_it(text: str, expected: str) -> None:
+    """Found by the fuzzer: a candidate that began with something else hid the number in it."""
+    assert redact(text).text == expected
+
+
+def test_an_address_after_a_very_long_word_is_redacted() -> None:
+    """Address candidates are whole runs matched once (a pattern with the "@" in it went back
+    over every start of a long run: this text took minutes)."""
+    text = "x" * 200_000 + " ana.lima@example.com " + "y" * 200_000 + "@"
+    assert redact(text).text == "x" * 200_000 + f" {EMAIL} " + "y" * 200_000 + "@"
