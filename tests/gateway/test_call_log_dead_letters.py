@@ -52,6 +52,9 @@ def answered(queue: Any, *, refused: bool = False) -> str:
         model="the-model",
         answer_text="Answer.",
         total_ms=10.0,
+        continuation_hash="",
+        prefix_hashes={},
+        tool_names=[],
     )
     call_log.call_log(logged)
     return logged.call_id
