@@ -137,6 +137,10 @@ def test_envelope_keys_stay_only_on_messages_and_tool_calls_themselves() -> None
         # A stray group of digits before or after a card number.
         ("order 7 4111 1111 1111 1111 please", f"order 7 {CARD} please"),
         ("4111 1111 1111 1111 7 please", f"{CARD} 7 please"),
+        # More groups before it than a candidate holds with it (found by review).
+        ("row 1 2 3 4111 1111 1111 1111", f"row 1 2 3 {CARD}"),
+        ("ab12 cd34 ef56 DE89 3704 0044 0532 0130 00", f"ab12 cd34 ef56 {IBAN}"),
+        ("pay DE89 3704 0044 0532 0130 00 to a b c", f"pay {IBAN} to a b c"),
     ],
 )
 def test_a_number_is_found_among_the_groups_around_it(text: str, expected: str) -> None:
