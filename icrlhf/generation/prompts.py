@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from icrlhf.integrations import untrusted_json
 from icrlhf.integrations.redaction import redact
 from icrlhf.memory.signatures import step_action
 
@@ -174,8 +175,8 @@ def call_form(turns: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
 
 def _arguments_shape(call: dict[str, Any]) -> dict[str, Any]:
     try:
-        arguments = json.loads((call.get("function") or {}).get("arguments") or "{}")
-    except (TypeError, ValueError):
+        arguments = untrusted_json.loads((call.get("function") or {}).get("arguments") or "{}")
+    except untrusted_json.NotJson:
         return {}
     if not isinstance(arguments, dict):
         return {}

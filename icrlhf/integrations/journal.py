@@ -518,16 +518,20 @@ class Writer:
         try:
             self.write(body["entry"])
         except self.transient as error:
-            logger.warning("A %s journal entry (%s) waits: %s", self.name, key, error)
+            shown = error_line(_error_text(error))
+            logger.warning("A %s journal entry (%s) waits: %s", self.name, key, shown)
             self._blocked.add(run.id)
             return False
         except Exception as error:
             tries = int(body.get("tries", 0)) + 1
+            # The error's first line only, without its traceback: a database's later lines
+            # (DETAIL, CONTEXT) may quote the row it refused, end users' words.
+            shown = error_line(_error_text(error))
             if tries >= TRIES:
-                logger.exception("A %s journal entry (%s) is a dead letter", self.name, key)
+                logger.error("A %s journal entry (%s) is a dead letter: %s", self.name, key, shown)
                 self._dead_letter(key, body, run, error, tries=tries)
             else:
-                logger.exception("A %s journal entry (%s) could not be written", self.name, key)
+                logger.warning("A %s journal entry (%s) failed: %s", self.name, key, shown)
                 self._tried(key, {**body, "tries": tries})
                 self._blocked.add(run.id)
             return False

@@ -8,6 +8,7 @@ templates). So such text is JSON here only when it is standard JSON nested at mo
 levels: anything else is `NotJson`, and each caller treats it as the text it is."""
 
 import json
+import math
 from typing import Any
 
 from icrlhf.integrations.text_checks import unstorable_text
@@ -26,7 +27,7 @@ def loads(text: object) -> Any:
     if not isinstance(text, str):
         raise NotJson("not a text")
     try:
-        value = json.loads(text, parse_constant=_not_a_number)
+        value = json.loads(text, parse_constant=_not_a_number, parse_float=_finite)
     except RecursionError:
         raise NotJson(f"nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as error:  # the parser's JSONDecodeError, and NaN or Infinity
@@ -44,14 +45,23 @@ def dumps(value: Any, *, indent: int | None = None) -> str:
     page or a download can send: non-ASCII characters as they are, unless a lone surrogate is
     among them (what `loads` makes of a "\\ud800" escape without its pair), which UTF-8 cannot
     encode: then every one is an escape again."""
-    text = json.dumps(value, ensure_ascii=False, indent=indent)
+    text = json.dumps(value, ensure_ascii=False, indent=indent, allow_nan=False)
     if unstorable_text(text) is not None:
-        return json.dumps(value, indent=indent)  # ASCII only
+        return json.dumps(value, indent=indent, allow_nan=False)  # ASCII only
     return text
 
 
 def _not_a_number(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(number: str) -> float:
+    """A number past the float range (1e999) reads as infinity, which JSON cannot write back
+    and PostgreSQL's JSON refuses: not a JSON number here either."""
+    value = float(number)
+    if not math.isfinite(value):
+        raise ValueError(f"{number[:20]} is past the range of a number")
+    return value
 
 
 def _deeper_than(value: Any, limit: int) -> bool:

@@ -85,6 +85,17 @@ def test_a_calls_form_redacts_an_argument_name_that_is_personal_data() -> None:
     assert "jane@example.com" not in json.dumps(form)
 
 
+def test_a_call_whose_arguments_cannot_be_read_has_the_form_of_no_arguments() -> None:
+    """A stored call's arguments nested deeper than JSON is read (the gateway answers such
+    a call, and stores it) must not break every prompt it would be a format example in."""
+    user, assistant, result = _turns("Look it up.", "lookup", q="x")
+    deep = "[" * 100_000 + "]" * 100_000
+    call = {**assistant["tool_calls"][0], "function": {"name": "lookup", "arguments": deep}}
+    form = call_form((user, {**assistant, "tool_calls": [call]}, result))
+    assert form is not None
+    assert form["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
 def test_a_step_without_a_call_has_no_form() -> None:
     assert call_form([{"role": "assistant", "content": "I cannot book flights."}]) is None
 

@@ -28,6 +28,8 @@ def test_standard_json_is_read() -> None:
         '{"amount": NaN}',
         "[Infinity]",
         "[-Infinity]",
+        '{"amount": 1e999}',  # past the float range: infinity to Python (found by review)
+        "[-1E400]",
         "[" * (untrusted_json.MAX_DEPTH + 1) + "]" * (untrusted_json.MAX_DEPTH + 1),
         "[" * 100_000,
         "[" * 100_000 + "]" * 100_000,
