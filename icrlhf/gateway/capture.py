@@ -183,10 +183,17 @@ def low_reward_steps_mark() -> int:
     # The runs are locked while they are counted, so a sweep beside this one waits.
     chosen: list[uuid.UUID] = []
     with transaction.atomic():
-        runs = Trajectory.objects.select_for_update().filter(pk__in={run for _, run, _ in eligible})
+        # Locked in one order (two sweeps at once never wait on each other's locks).
+        runs = (
+            Trajectory.objects.select_for_update()
+            .filter(pk__in={run for _, run, _ in eligible})
+            .order_by("pk")
+        )
         taken = dict(runs.values_list("pk", "low_reward_captures"))
         added: Counter[uuid.UUID] = Counter()
         for call_id, run, cap in eligible:
+            if run not in taken:  # deleted since the list was read
+                continue
             if taken[run] + added[run] >= cap:
                 continue
             # Conditional: nothing marked since the list was read is marked twice.
