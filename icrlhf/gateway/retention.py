@@ -5,7 +5,7 @@ request, the caller's context, the answer and its tool calls, the call's options
 tools), its error (an upstream may quote the request) and the request's digest; its figures
 (source, timings, tokens, scores, holdout, status) stay for the dashboard. A captured call's review
 item is the queue's own data and keeps what review needs (its words, redacted, and the
-tools offered), but not the end user the call named (`user`, copied with the options). Steps
+tools offered), never the end user the call named (`user` is not copied). Steps
 and feedback that old lose their words even while their run goes on; a run whose last step
 is that old loses its key and its end user too (trajectories.services.trajectories_purge)."""
 
@@ -15,7 +15,6 @@ from django.conf import settings
 from django.db.models import Q
 
 from icrlhf.gateway.models import Call
-from icrlhf.queues.models import Item
 from icrlhf.trajectories.services import trajectories_purge
 
 PURGED = ""
@@ -39,11 +38,6 @@ def calls_purge(*, now: datetime) -> int:
     )
     # The runs these calls made up hold the same words: their steps, goals and feedback.
     trajectories_purge(before=before)
-    # Items captured before their copy of the options was left without it.
-    copied = Item.objects.filter(calls__created_at__lt=before, call_options__has_key="user")
-    for item_id, options in copied.distinct().values_list("pk", "call_options"):
-        kept = {name: value for name, value in options.items() if name != "user"}
-        Item.objects.filter(pk=item_id).update(call_options=kept)
     return expired.update(
         request_text=PURGED,
         context=[],

@@ -15,7 +15,6 @@ from django.utils import timezone
 from icrlhf.gateway import capture, services
 from icrlhf.gateway import tasks as gateway_tasks
 from icrlhf.gateway.models import Call
-from icrlhf.gateway.retention import calls_purge
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.generation import pipeline, recovery
 from icrlhf.generation import tasks as generation_tasks
@@ -28,7 +27,6 @@ from icrlhf.trajectories.feedback import feedback_record
 from icrlhf.trajectories.selectors import LowRewardCaptures, low_reward_captures_of
 from tests.conftest import LLMAnswer, wait_for
 from tests.factories import (
-    ItemFactory,
     QueueFactory,
     UserFactory,
     member_add,
@@ -581,25 +579,3 @@ def test_a_captured_calls_item_keeps_the_tools_redacted_and_not_who_asked(
         "name": "mail",
         "description": "Mail [email]",
     }
-
-
-def test_retention_takes_the_end_user_from_an_item_captured_before(settings: Any) -> None:
-    """An item captured by an earlier version copied the call's `user`: once the call is past
-    the retention period, the item loses it too, and keeps the tools review needs."""
-    _client, queue = app_for()
-    tools = [{"type": "function", "function": {"name": "mail"}}]
-    item = ItemFactory(queue=queue, call_options={"user": "ana-42", "tools": tools})
-    Call.objects.create(
-        queue=queue,
-        source=Call.Source.MODEL,
-        memory=Call.Memory.EMPTY,
-        request_text=QUESTION,
-        options={"user": "ana-42", "tools": tools},
-        item=item,
-    )
-    settings.CALL_RETENTION_DAYS = 30
-    calls_purge(now=timezone.now() + timedelta(days=29))
-    assert Item.objects.get(pk=item.pk).call_options["user"] == "ana-42"
-    calls_purge(now=timezone.now() + timedelta(days=31))
-    assert Item.objects.get(pk=item.pk).call_options == {"tools": tools}
-    assert Call.objects.get(item=item).options == {}
