@@ -28,8 +28,10 @@ from typing import Any
 from urllib.parse import quote, urlparse, urlunparse
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from icrlhf.ops.catalogue import LOCAL_MODELS, LocalModel, local_model
+from icrlhf.ops.models_build import ModelIntegrityError, local_llm_build
 from icrlhf.ops.stack import (
     Child,
     Stack,
@@ -180,13 +182,20 @@ def world(name: str, *, database_url: str = "", **env: str) -> Iterator[World]:
             here.stack.stop()
 
 
-# The local LLM's name as litellm calls it (llama-server answers to its alias).
-LOCAL_LLM_MODEL = "openai/smollm2"
-
-
 def add_llm_options(parser: CommandParser) -> None:
-    """How a benchmark that asks an LLM is pointed at another one, unchanged: any
-    OpenAI-compatible endpoint and model (its key: LLM_API_KEY in the environment)."""
+    """How a benchmark that asks an LLM is pointed at another one, unchanged: another model of
+    the local catalogue, or any OpenAI-compatible endpoint and model (its key: LLM_API_KEY in
+    the environment)."""
+    parser.add_argument(
+        "--local-llm",
+        default="",
+        choices=sorted(LOCAL_MODELS),
+        metavar="NAME",
+        help=(
+            f"The local catalogue's model to start for this run, built first if it is not "
+            f"yet ({', '.join(LOCAL_MODELS)}; default: LOCAL_LLM's)."
+        ),
+    )
     parser.add_argument(
         "--llm-api-base",
         default="",
@@ -195,31 +204,46 @@ def add_llm_options(parser: CommandParser) -> None:
     parser.add_argument(
         "--llm-model",
         default="",
-        help=f"The model at --llm-api-base, as litellm names it (default: {LOCAL_LLM_MODEL}).",
+        help="The model at --llm-api-base, as litellm names it (default: the local LLM's).",
     )
+
+
+def local_llm_chosen(options: Mapping[str, Any]) -> tuple[LocalModel, Path]:
+    """The local model a benchmark starts and its file: `--local-llm`'s, built here when it
+    is not yet (instant when this machine built it before), else LOCAL_LLM's."""
+    name = options.get("local_llm") or ""
+    if options.get("llm_api_base") and name:
+        raise CommandError("--local-llm starts a local model; --llm-api-base asks another.")
+    if not name:
+        return local_model(settings.LOCAL_LLM), settings.LOCAL_LLM_MODEL_PATH
+    model = local_model(name)
+    try:
+        path = local_llm_build(
+            model, folder=settings.VAR_DIR / "models", cache=settings.MODEL_CACHE_DIR
+        )
+    except ModelIntegrityError as error:
+        raise CommandError(str(error)) from error
+    return model, path
 
 
 @contextmanager
 def llm_endpoint(
     options: Mapping[str, Any], *, slots: int = 4, threads: int | None = None
 ) -> Iterator[dict[str, str]]:
-    """The settings (LLM_API_BASE, LLM_MODEL) of the LLM a benchmark asks: the endpoint
-    `--llm-api-base` names, else the local LLM, started here (with `slots` requests at once,
-    on `threads` threads, default the product's) and stopped when the block ends."""
+    """The settings (LLM_API_BASE, LLM_MODEL, and LOCAL_LLM for a local model) of the LLM a
+    benchmark asks: the endpoint `--llm-api-base` names, else the local LLM (`--local-llm`'s
+    or LOCAL_LLM's), started here (with `slots` requests at once, on `threads` threads,
+    default the product's) and stopped when the block ends."""
     api_base = options.get("llm_api_base") or ""
-    model = options.get("llm_model") or LOCAL_LLM_MODEL
+    model, path = local_llm_chosen(options)
+    chosen = {"LLM_MODEL": options.get("llm_model") or f"openai/{model.alias}"}
     local = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
     try:
         if not api_base:
             api_base = f"http://127.0.0.1:{free_port()}/v1"
-            local.start_local_llm(
-                api_base,
-                settings.LOCAL_LLM_MODEL_PATH,
-                alias=LOCAL_LLM_MODEL.removeprefix("openai/"),
-                slots=slots,
-                threads=threads,
-            )
-        yield {"LLM_API_BASE": api_base, "LLM_MODEL": model}
+            local.start_local_llm(api_base, path, model, slots=slots, threads=threads)
+            chosen["LOCAL_LLM"] = model.name
+        yield {"LLM_API_BASE": api_base, **chosen}
     finally:
         local.stop()
 

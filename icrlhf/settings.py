@@ -11,6 +11,8 @@ import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
+from icrlhf.ops.catalogue import DEFAULT_LOCAL_MODEL, UnknownLocalModel, local_model
+
 # Generic classes (ModelAdmin[Example], QuerySet[Item]) subscriptable at runtime, as typed.
 django_stubs_ext.monkeypatch()
 
@@ -322,8 +324,24 @@ CELERY_TASK_ROUTES = {
     "generation.rank": {"queue": CELERY_MEMORY_QUEUE},  # it embeds
 }
 
+# --- The local LLM of the embedded defaults (`make run` builds and starts it) ----------------
+# Which of the catalogue's models (icrlhf/ops/catalogue.py): smollm2-135m, qwen2.5-coder-0.5b
+# or qwen2.5-coder-1.5b. `manage.py build_models --llm` assembles it.
+LOCAL_LLM = env_str("LOCAL_LLM", DEFAULT_LOCAL_MODEL)
+try:
+    _LOCAL_MODEL = local_model(LOCAL_LLM)
+except UnknownLocalModel as _error:
+    raise ImproperlyConfigured(f"LOCAL_LLM: {_error}") from None
+# Assembled once per machine (like llama-server's build) and linked into var/models.
+MODEL_CACHE_DIR = Path(
+    env_str(
+        "MODEL_CACHE_DIR",
+        str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "icrlhf" / "models"),
+    )
+)
+
 # --- LLM (any litellm model) ----------------------------------------------------------------
-LLM_MODEL = env_str("LLM_MODEL", "openai/smollm2")
+LLM_MODEL = env_str("LLM_MODEL", f"openai/{_LOCAL_MODEL.alias}")
 LLM_API_BASE = env_str("LLM_API_BASE", "http://127.0.0.1:8081/v1")
 LLM_API_KEY = env_str("LLM_API_KEY", "local")
 # The endpoints a queue may call, by name: the install's own ("default": LLM_MODEL at
@@ -438,16 +456,17 @@ GATEWAY_PROCESSES = env_int("GATEWAY_PROCESSES", min(_CORES, max(2, _CORES // 2)
 # --- Input limits ----------------------------------------------------------------------------
 ITEM_INPUT_MAX_CHARS = env_int("ITEM_INPUT_MAX_CHARS", 20_000)
 
-# --- The local LLM of the embedded defaults (`make run` starts it) -----------------------------
+# --- How the local LLM is served ----------------------------------------------------------------
+# The GGUF file served: LOCAL_LLM's own, unless this names another file.
 LOCAL_LLM_MODEL_PATH = Path(
-    env_str("LOCAL_LLM_MODEL_PATH", str(VAR_DIR / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    env_str("LOCAL_LLM_MODEL_PATH", str(VAR_DIR / "models" / _LOCAL_MODEL.file_name))
 )
 # Requests the local llama.cpp server decodes at once (its parallel slots); more wait in line.
 # A generation's N candidates arrive together when N fits.
 LOCAL_LLM_SLOTS = env_int("LOCAL_LLM_SLOTS", 4)
-# The chat template llama.cpp renders with: `auto` gives SmolLM2 (whose own template knows no
-# tools) the shipped ChatML template that teaches it tools, and any other model its own;
-# `model` is always the model's own; anything else is the path of a Jinja template.
+# The chat template llama.cpp renders with: `auto` is the catalogue entry's (SmolLM2, whose
+# own template knows no tools, gets the shipped ChatML template that teaches it tools; Qwen2.5
+# its own); `model` is always the model's own; anything else is the path of a Jinja template.
 LOCAL_LLM_CHAT_TEMPLATE = env_str("LOCAL_LLM_CHAT_TEMPLATE", "auto")
 
 # Datasets for the demo and the benchmarks (../shared/data beside the checkout).

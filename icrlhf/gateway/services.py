@@ -62,6 +62,9 @@ class Plan:
     # Its memory-only confidence, when the confidence rule chose it.
     memory_confidence: float | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # The same prompt without its format examples: what is sent when the model answered with
+    # a call to a tool the request does not offer (see `retry_upstream`).
+    retry_messages: list[dict[str, Any]] = field(default_factory=list)
     model: str = ""
     api_base: str = ""
     params: dict[str, Any] = field(default_factory=dict)
@@ -81,6 +84,13 @@ class Plan:
             "api_base": self.api_base,
             "options": self.options,
         }
+
+    def retry_upstream(self) -> dict[str, Any]:
+        """The LLM call's arguments for asking again after the model called a tool the
+        request does not offer: the prompt without the format examples (other tool sets'
+        calls), which it most likely copied; the same prompt would, at a low temperature,
+        bring the same call back."""
+        return self.upstream() | {"messages": self.retry_messages or self.messages}
 
     @property
     def source(self) -> str:
@@ -215,14 +225,15 @@ def call_plan(
     model = queue.model or settings.LLM_MODEL
     # A held-out call is retrieved for all the same (its coverage is measured alike), but
     # nothing retrieved reaches its prompt; of the rest, what fits the model's window.
-    sent = prompt.fitted(
-        examples=[] if holdout else recall.examples,
-        room=Room.of_call(model=model, api_base=queue.api_base, params=params, options=options),
-    )
+    room = Room.of_call(model=model, api_base=queue.api_base, params=params, options=options)
+    sent = prompt.fitted(examples=[] if holdout else recall.examples, room=room)
+    own = [r for r in sent.examples if not r.format_only]
+    retry = sent if len(own) == len(sent.examples) else prompt.fitted(examples=own, room=room)
     return replace(
         retrieved,
         examples=sent.examples,
         messages=sent.messages,
+        retry_messages=retry.messages,
         model=model,
         api_base=queue.api_base,
         params=params,

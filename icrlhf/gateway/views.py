@@ -423,9 +423,10 @@ async def _upstream_failed(
 async def _offered_calls_only(call: _Call, completion: llm.Completion) -> llm.Completion:
     """An answer whose tool calls all name tools the request offers. A model shown other tool
     sets' calls (format examples) may copy one, and a caller's loop would then run a tool it
-    never offered: the upstream is asked once more, a call counted against the token's calls
-    a minute, and if its new answer names one too (or fails, or the token has no call left
-    this minute), the caller gets what the model said, its words without the calls."""
+    never offered: the upstream is asked once more, without the format examples, a call
+    counted against the token's calls a minute, and if its new answer names one too (or
+    fails, or the token has no call left this minute), the caller gets what the model said,
+    its words without the calls."""
     tools = call.plan.options.get("tools")
     if not foreign_calls(completion.tool_calls, tools):
         return completion
@@ -436,7 +437,7 @@ async def _offered_calls_only(call: _Call, completion: llm.Completion) -> llm.Co
     else:
         logger.info("Call %s named a tool it was not offered: asking the model again", call.id)
         try:
-            again = await _before_deadline(call, llm.acomplete(**call.plan.upstream()))
+            again = await _before_deadline(call, llm.acomplete(**call.plan.retry_upstream()))
         except llm.LLMError as error:
             logger.warning("Call %s: asking again failed: %s", call.id, error)
     # The caller is told the tokens both asks took.

@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
+from icrlhf.ops.catalogue import LocalModel
 from icrlhf.ops.local_llm import llama_server_path
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -100,14 +101,11 @@ def embedded_broker_command(port: int, data_dir: Path) -> list[str]:
     ]
 
 
-CHATML_WITH_TOOLS = Path(__file__).parent / "chat_templates" / "chatml_tools.jinja"
-
-
-def chat_template_for(model_path: Path) -> Path | None:
+def chat_template_for(model: LocalModel) -> Path | None:
     """The template LOCAL_LLM_CHAT_TEMPLATE names for this model (None: the model's own)."""
     chosen = settings.LOCAL_LLM_CHAT_TEMPLATE
     if chosen == "auto":
-        return CHATML_WITH_TOOLS if "smollm2" in model_path.name.lower() else None
+        return model.chat_template
     return None if chosen in ("", "model") else Path(chosen)
 
 
@@ -116,21 +114,29 @@ def local_llm_threads() -> int:
 
 
 def local_llm_command(
-    model_path: Path, *, alias: str, port: int, slots: int, threads: int | None = None
+    model_path: Path,
+    *,
+    model: LocalModel,
+    port: int,
+    slots: int,
+    threads: int | None = None,
 ) -> list[str]:
-    """llama.cpp's own server, which tools/install-llm builds beside this Python. It decodes
-    `slots` requests at once in one batch (continuous batching), so a generation's
-    candidates are written together instead of one after another; the slots share one
-    cache, 2048 tokens each at most.
-    It renders with the chat template `chat_template_for` picks (tool calls need one that
-    knows tools: llama.cpp reads a call out of the answer in the template's own format)."""
-    template = chat_template_for(model_path)
+    """llama.cpp's own server, which tools/install-llm builds beside this Python, serving the
+    file `model_path` as the catalogue's `model` says. It decodes `slots` requests at once in
+    one batch (continuous batching), so a generation's candidates are written together instead
+    of one after another; the slots share one cache, the model's context_per_slot tokens each
+    at most.
+    It renders with the chat template `chat_template_for` picks, in llama.cpp's Jinja engine
+    (tool calls need a template that knows tools: llama.cpp reads a call out of the answer in
+    the template's own format, Qwen2.5's Hermes-style <tool_call> JSON among them)."""
+    template = chat_template_for(model)
+    window = model.context_per_slot
     return [
         str(llama_server_path()),
         "--model",
         str(model_path),
         "--alias",
-        alias,
+        model.alias,
         "--host",
         "127.0.0.1",
         "--port",
@@ -139,12 +145,15 @@ def local_llm_command(
         str(slots),
         "--kv-unified",
         "--ctx-size",
-        str(2048 * slots),
+        str(window * slots),
         # Each request at most its share of the shared cache: long prompts in flight together
         # can never overflow it (llama.cpp then fails every request in flight), and /props
         # reports this share, the window prompts are fitted to (generation/context.py).
         "--kv-unified-per-slot",
-        "2048",
+        str(window),
+        # The default of this build, said anyway: without it, a template file other than a
+        # few built-in names is refused, and tool calls are not parsed.
+        "--jinja",
         "--threads",
         str(threads or local_llm_threads()),
         # Threads that wait for each other sleep instead of spinning: with spinning (the
@@ -241,7 +250,7 @@ class Stack:
         self,
         api_base: str,
         model_path: Path,
-        alias: str,
+        model: LocalModel,
         *,
         slots: int = 4,
         threads: int | None = None,
@@ -254,7 +263,7 @@ class Stack:
             return f"LLM at {api_base}"
         self.spawn(
             "llm",
-            local_llm_command(model_path, alias=alias, port=port, slots=slots, threads=threads),
+            local_llm_command(model_path, model=model, port=port, slots=slots, threads=threads),
         )
         wait_until(lambda: http_ok(f"{api_base}/models"), timeout_s=60, what="The local LLM")
         return f"local llama.cpp server at {api_base} ({model_path.name}, {slots} slots)"

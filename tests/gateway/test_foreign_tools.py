@@ -341,3 +341,34 @@ def test_a_token_offering_unseen_tools_never_receives_another_tokens_words(
     assert not any(words in prompt + answer for words in A_WORDS)
     assert ("book_flight" in prompt) is b_gets_the_form
     assert (str(a_step.pk) in response["X-Icrlhf-Examples"]) is b_gets_the_form
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("icrlhf.gateway.urls")
+@in_process
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_foreign_call_is_asked_again_without_the_format_examples(
+    upstream: Any, stream: bool
+) -> None:
+    """At temperature 0 the same prompt brings the copied call back: the second ask leaves
+    out the format examples (another tool set's call), and keeps the rest of the prompt."""
+    from tests.memory.test_format_examples import token_step
+
+    queue = QueueFactory(slug="tools", format_examples_from=Queue.FormatExamples.QUEUE)
+    _client(queue, name="app A")
+    token_step(
+        queue,
+        IntegrationToken.objects.get(name="app A"),
+        "Book a flight to Paris for Monday.",
+        "book_flight",
+    )
+    double = upstream(("", [FOREIGN]), ("", [OFFERED]))
+    response = _ask(_client(queue, name="app B"), stream=stream)
+    assert response.status_code == 200
+    if stream:
+        _streamed(response)
+    first, again = (json.dumps(sent) for sent in double.sent)
+    assert "book_flight" in first and "book_flight" not in again
+    assert "What is the weather in Paris?" in again
+    # The same system prompt, short of the forms shown after it.
+    assert double.sent[0][0]["content"].startswith(double.sent[1][0]["content"])

@@ -19,6 +19,7 @@ from icrlhf.integrations import llm
 from icrlhf.memory import index
 from icrlhf.memory.selectors import examples_recall_anywhere
 from icrlhf.memory.signatures import PLAIN
+from icrlhf.ops.catalogue import local_model
 from icrlhf.ops.stack import free_port, http_ok, local_llm_command
 from icrlhf.queues.models import Queue
 from tests.conftest import wait_for
@@ -45,7 +46,7 @@ def small_local_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     model = settings.LOCAL_LLM_MODEL_PATH
     assert model.is_file(), "make test builds the model (manage.py build_models --llm)"
     port = free_port()
-    command = local_llm_command(model, alias="smollm2", port=port, slots=1)
+    command = local_llm_command(model, model=local_model(settings.LOCAL_LLM), port=port, slots=1)
     log = (tmp_path_factory.mktemp("llm") / "llm.log").open("wb")
     server = subprocess.Popen(
         [*command, "--ctx-size", str(WINDOW)], stdout=log, stderr=subprocess.STDOUT

@@ -16,6 +16,7 @@ from icrlhf.generation.models import Candidate
 from icrlhf.generation.prompts import examples_sent
 from icrlhf.generation.services import item_create
 from icrlhf.memory.models import Example
+from icrlhf.ops.catalogue import local_model
 from icrlhf.ops.stack import free_port, http_ok, local_llm_command
 from icrlhf.queues.models import Item
 from icrlhf.review.decisions import decision_record
@@ -32,7 +33,9 @@ def local_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     log = (tmp_path_factory.mktemp("llm") / "llm.log").open("wb")
     server = subprocess.Popen(
-        local_llm_command(model, alias="smollm2", port=port, slots=settings.LOCAL_LLM_SLOTS),
+        local_llm_command(
+            model, model=local_model(settings.LOCAL_LLM), port=port, slots=settings.LOCAL_LLM_SLOTS
+        ),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -151,9 +154,10 @@ def test_the_local_server_decodes_a_generations_candidates_at_once(local_llm: st
 
 
 def test_the_model_file_is_the_pinned_one() -> None:
-    from icrlhf.ops.models_build import GGUF_SHA256, sha256_of
+    from icrlhf.ops.models_build import sha256_of
 
-    assert sha256_of(Path(settings.LOCAL_LLM_MODEL_PATH)) == GGUF_SHA256
+    pinned = local_model(settings.LOCAL_LLM).sha256
+    assert sha256_of(Path(settings.LOCAL_LLM_MODEL_PATH)) == pinned
 
 
 def _post(url: str, body: dict[str, object]) -> dict[str, Any]:

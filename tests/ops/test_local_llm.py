@@ -4,6 +4,7 @@ baseline, and a CPU it cannot run on gets a plain message instead of a crash."""
 from pathlib import Path
 from typing import Any
 
+from icrlhf.ops.catalogue import CHATML_WITH_TOOLS, local_model
 from icrlhf.ops.local_llm import (
     PORTABLE_BASELINE,
     build_features,
@@ -13,7 +14,6 @@ from icrlhf.ops.local_llm import (
     local_llm_check,
 )
 from icrlhf.ops.stack import (
-    CHATML_WITH_TOOLS,
     chat_template_for,
     local_llm_command,
     local_llm_threads,
@@ -74,31 +74,44 @@ def test_a_cpu_with_everything_needed_has_no_problem() -> None:
     assert cpu_problem(needed=PORTABLE_BASELINE, flags=flags, machine="x86_64") == ""
 
 
-def test_smollm2_is_given_the_template_that_knows_tools_and_other_models_their_own(
+def test_each_model_renders_with_its_catalogue_entrys_template_and_window(
     settings: Any,
 ) -> None:
-    smollm2 = Path("var/models/SmolLM2-135M-Instruct-Q8_0.gguf")
+    """SmolLM2's own template knows no tools: it gets the shipped one. Qwen2.5's own renders
+    and reads Hermes-style <tool_call> JSON, in llama.cpp's Jinja engine."""
+    smollm2, qwen = local_model("smollm2-135m"), local_model("qwen2.5-coder-0.5b")
     settings.LOCAL_LLM_CHAT_TEMPLATE = "auto"
     assert chat_template_for(smollm2) == CHATML_WITH_TOOLS
-    assert chat_template_for(Path("qwen2.5-0.5b-instruct.gguf")) is None
-    command = local_llm_command(smollm2, alias="smollm2", port=8012, slots=4)
+    assert chat_template_for(qwen) is None
+    command = local_llm_command(Path("m.gguf"), model=smollm2, port=8012, slots=4)
     assert command[command.index("--chat-template-file") + 1] == str(CHATML_WITH_TOOLS)
+    assert command[command.index("--kv-unified-per-slot") + 1] == "2048"
+    assert command[command.index("--alias") + 1] == "smollm2"
+    command = local_llm_command(Path("m.gguf"), model=qwen, port=8012, slots=4)
+    assert "--jinja" in command and "--chat-template-file" not in command
+    assert command[command.index("--kv-unified-per-slot") + 1] == "4096"
+    assert command[command.index("--ctx-size") + 1] == str(4 * 4096)
+    assert command[command.index("--alias") + 1] == "qwen2.5-coder-0.5b"
 
     settings.LOCAL_LLM_CHAT_TEMPLATE = "model"
     assert chat_template_for(smollm2) is None
     assert "--chat-template-file" not in local_llm_command(
-        smollm2, alias="smollm2", port=8012, slots=4
+        Path("m.gguf"), model=smollm2, port=8012, slots=4
     )
 
     settings.LOCAL_LLM_CHAT_TEMPLATE = "/etc/icrlhf/mine.jinja"
-    assert chat_template_for(smollm2) == Path("/etc/icrlhf/mine.jinja")
+    assert chat_template_for(qwen) == Path("/etc/icrlhf/mine.jinja")
 
 
 def test_the_local_llm_threads_sleep_instead_of_spinning_while_they_wait() -> None:
     """Spinning threads collapse to under a token a second when anything else is busy on the
     cores (docs/operators.md: the local LLM); `--poll 0` makes them sleep."""
-    command = local_llm_command(Path("model.gguf"), alias="m", port=8012, slots=4)
+    command = local_llm_command(
+        Path("model.gguf"), model=local_model("smollm2-135m"), port=8012, slots=4
+    )
     assert command[command.index("--poll") + 1] == "0"
     assert command[command.index("--threads") + 1] == str(local_llm_threads())
-    one = local_llm_command(Path("model.gguf"), alias="m", port=8012, slots=1, threads=1)
+    one = local_llm_command(
+        Path("model.gguf"), model=local_model("smollm2-135m"), port=8012, slots=1, threads=1
+    )
     assert one[one.index("--threads") + 1] == "1"

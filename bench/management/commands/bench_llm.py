@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bench.world import LOCAL_LLM_MODEL, add_llm_options
+from bench.world import add_llm_options, local_llm_chosen
 from icrlhf.ops.local_llm import build_features
 from icrlhf.ops.stack import Stack, free_port, local_llm_threads
 
@@ -56,7 +56,8 @@ class Command(BaseCommand):
         if options["llm_api_base"]:  # another server: its speed, as any client sees it
             features: list[str] = []
             threads: int | None = None
-            model = (options["llm_model"] or LOCAL_LLM_MODEL).removeprefix("openai/")
+            model = options["llm_model"] or f"openai/{local_llm_chosen(options)[0].alias}"
+            model = model.removeprefix("openai/")
             runs = self._runs(options["llm_api_base"], model, options)
             served_by = f"{model} at {options['llm_api_base']}"
         else:
@@ -84,16 +85,15 @@ class Command(BaseCommand):
     def _local_runs(self, options: dict[str, Any]) -> tuple[list[str], int, list[dict[str, float]]]:
         """The installed llama-server's build, threads and answers, started here as the
         product starts it but with one slot."""
-        model = settings.LOCAL_LLM_MODEL_PATH
-        if not model.is_file():
-            raise CommandError(f"No model at {model}: run `manage.py build_models --llm`.")
+        model, path = local_llm_chosen(options)
+        if not path.is_file():
+            raise CommandError(f"No model at {path}: run `manage.py build_models --llm`.")
         threads = options["threads"] or local_llm_threads()
         api_base = f"http://127.0.0.1:{free_port()}/v1"
         server = Stack(log_dir=settings.VAR_DIR / "bench" / "logs")
         try:
-            alias = LOCAL_LLM_MODEL.removeprefix("openai/")
-            server.start_local_llm(api_base, model, alias=alias, slots=1, threads=threads)
-            return sorted(build_features()), threads, self._runs(api_base, alias, options)
+            server.start_local_llm(api_base, path, model, slots=1, threads=threads)
+            return sorted(build_features()), threads, self._runs(api_base, model.alias, options)
         except (OSError, RuntimeError) as error:
             raise CommandError(f"The local LLM failed: {error}") from error
         finally:

@@ -6,6 +6,7 @@ from urllib.parse import urlparse
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from icrlhf.ops.catalogue import local_model
 from icrlhf.ops.demo import demo_login_ensure
 from icrlhf.ops.local_llm import LocalLLMUnsupported, local_llm_check
 from icrlhf.ops.stack import (
@@ -150,12 +151,15 @@ class Command(BaseCommand):
             local_llm_check()
         except LocalLLMUnsupported as error:
             raise CommandError(str(error)) from error
-        model = settings.LOCAL_LLM_MODEL_PATH
+        path = settings.LOCAL_LLM_MODEL_PATH
         supervisor.add(
             Part(
                 "llm",
                 local_llm_command(
-                    model, alias="smollm2", port=port, slots=settings.LOCAL_LLM_SLOTS
+                    path,
+                    model=local_model(settings.LOCAL_LLM),
+                    port=port,
+                    slots=settings.LOCAL_LLM_SLOTS,
                 ),
                 start_s=5,
                 priority=20,
@@ -163,7 +167,7 @@ class Command(BaseCommand):
         )
         readiness.append(("llm", lambda: http_ok(f"{api_base}/models"), 90))
         return (
-            f"local llama.cpp server at {api_base} ({model.name}, "
+            f"local llama.cpp server at {api_base} ({path.name}, "
             f"{settings.LOCAL_LLM_SLOTS} requests at once)"
         )
 
