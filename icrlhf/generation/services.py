@@ -15,6 +15,7 @@ from django.utils import timezone
 from icrlhf.generation import selectors, tasks
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.pipeline import fair_priority, generation_finish_if_complete
+from icrlhf.integrations.redaction import scrub
 from icrlhf.kinds import kind_of
 from icrlhf.memory.models import Example
 from icrlhf.queues import services as queue_services
@@ -59,14 +60,32 @@ def item_create(
     )
     item = Item.objects.create(
         queue=queue,
-        input_text=text,
+        input_text=scrub(text, into="review"),
         source=source,
         created_by=created_by,
         status=Item.Status.GENERATING,
-        **item_fields,
+        **_redacted_fields(item_fields),
     )
     generation_start(item=item, n_candidates=count, served=served)
     return item
+
+
+# What end users wrote in an item (a ticket's subject, body and customer; a captured call's
+# turns): it reaches review, memory and exports only through the one redaction. The sender's
+# own fields (external_id, metadata, channel, …) are the application's, returned as sent.
+_END_USERS_WORDS = ("subject", "body", "customer", "conversation")
+
+
+def _redacted_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    redacted = dict(fields)
+    for name in _END_USERS_WORDS:
+        if name not in redacted:
+            continue
+        value = scrub(redacted[name], into="review")
+        # A placeholder may be longer than what it replaced ("a@b.co" is "[email]").
+        limit = getattr(Item._meta.get_field(name), "max_length", None)
+        redacted[name] = value[:limit] if isinstance(value, str) and limit else value
+    return redacted
 
 
 def item_existing(*, queue: Queue, external_id: str) -> Item | None:

@@ -204,19 +204,38 @@ def _redacted(value: Any, *, envelope: bool) -> tuple[Any, bool]:
             pending.extend((copy, i, child, in_envelope) for i, child in enumerate(item))
         elif isinstance(item, dict):
             kept = _envelope_keys(item) if in_envelope else frozenset()
-            mapping: dict[str, Any] = dict.fromkeys(item)  # the caller's key order
+            keys = _redacted_keys(list(item))
+            changed = changed or keys != list(item)
+            mapping: dict[str, Any] = dict.fromkeys(keys)  # the caller's key order
             holder[slot] = mapping  # type: ignore[index]
-            for key, child in item.items():
+            for (key, child), new_key in zip(item.items(), keys, strict=True):
                 if key in kept:
-                    mapping[key] = child
+                    mapping[new_key] = child
                 else:
                     # A message's or an action's tool calls are envelopes too.
-                    pending.append((mapping, key, child, in_envelope and key == "tool_calls"))
+                    envelope_below = in_envelope and key == "tool_calls"
+                    pending.append((mapping, new_key, child, envelope_below))
         else:
             redacted = _redacted_scalar(item)
             changed = changed or redacted != item
             holder[slot] = redacted  # type: ignore[index]
     return top[0], changed
+
+
+def _redacted_keys(keys: list[Any]) -> list[Any]:
+    """An object's keys, redacted too: a tool's result is often keyed by the personal data
+    itself (`{"ana@example.com": {...}}`). A key that became a placeholder is kept apart from
+    every other key (`[email]`, `[email] 2`), so that no value is lost."""
+    original = set(keys)
+    redacted: list[Any] = []
+    for key in keys:
+        new_key = redact(key).text if isinstance(key, str) else key
+        if new_key != key:
+            base, number = new_key, 2
+            while new_key in original or new_key in redacted:
+                new_key, number = f"{base} {number}", number + 1
+        redacted.append(new_key)
+    return redacted
 
 
 def _envelope_keys(item: dict[str, Any]) -> frozenset[str]:

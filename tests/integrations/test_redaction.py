@@ -153,3 +153,16 @@ def test_an_address_after_a_very_long_word_is_redacted() -> None:
     over every start of a long run: this text took minutes)."""
     text = "x" * 200_000 + " ana.lima@example.com " + "y" * 200_000 + "@"
     assert redact(text).text == "x" * 200_000 + f" {EMAIL} " + "y" * 200_000 + "@"
+
+
+def test_keys_that_are_personal_data_are_redacted_and_kept_apart() -> None:
+    """A tool's result keyed by the personal data itself (found by review)."""
+    result = {"ana@example.com": {"plan": "gold"}, "bob@example.com": 2, "[email]": 3, "n": 4}
+    assert redact_json(result) == {
+        "[email] 2": {"plan": "gold"},
+        "[email] 3": 2,
+        "[email]": 3,
+        "n": 4,
+    }
+    arguments = json.dumps({"+1 650 253 0000": "call"})
+    assert json.loads(redact_json(arguments)) == {PHONE: "call"}
