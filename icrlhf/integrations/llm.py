@@ -22,6 +22,11 @@ from typing import Any
 from django.conf import settings
 
 from icrlhf.integrations.text_checks import storable
+from icrlhf.integrations.text_tool_calls import (
+    calls_in_text,
+    could_become_calls,
+    offered_tools,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -352,7 +357,9 @@ async def acomplete(
         options=options,
         mock_response=mock_response,
     )
-    return _completion_from(response, model=model, latency_ms=latency_ms)
+    return _completion_from(
+        response, model=model, latency_ms=latency_ms, offered=offered_tools(options)
+    )
 
 
 async def acomplete_n(
@@ -378,7 +385,9 @@ async def acomplete_n(
         mock_response=mock_response,
         n=n,
     )
-    return _completions_from(response, model=model, latency_ms=latency_ms)
+    return _completions_from(
+        response, model=model, latency_ms=latency_ms, offered=offered_tools(options)
+    )
 
 
 async def _acompletion(
@@ -576,9 +585,18 @@ class Stream:
     `prompt_tokens` and `completion_tokens` hold the usage (estimated if the model sent none).
     A failure before or during the stream raises LLMError."""
 
-    def __init__(self, *, messages: list[dict[str, Any]], chunks: AsyncIterator[Any]) -> None:
+    def __init__(
+        self,
+        *,
+        messages: list[dict[str, Any]],
+        chunks: AsyncIterator[Any],
+        offered: frozenset[str] = frozenset(),
+    ) -> None:
         self._messages = messages
         self._chunks = chunks
+        # The request's tools: words that may yet turn out to be calls of them are held back.
+        self._offered = offered
+        self._held = ""
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.text = ""
@@ -599,9 +617,8 @@ class Stream:
                 delta = getattr(choices[0], "delta", None) if choices else None
                 piece = getattr(delta, "content", None) or ""
                 if piece:
-                    piece = storable(piece)
-                    self.text += piece
-                    yield {"content": piece}
+                    for words in self._words(storable(piece)):
+                        yield words
                 calls = [
                     _tool_call_delta(call) for call in getattr(delta, "tool_calls", None) or []
                 ]
@@ -610,12 +627,34 @@ class Stream:
                     yield {"tool_calls": calls}
         except Exception as error:
             raise _failure(error) from error
+        if self._held:
+            yield self._held_answer()
         if self.tool_calls and self.finish_reason == "stop":
             self.finish_reason = "tool_calls"  # some servers say "stop" after tool calls
         if not self.prompt_tokens:
             self.prompt_tokens = sum(count_tokens(_text_of(m)) for m in self._messages)
         if not self.completion_tokens and (self.text or self.tool_calls):
             self.completion_tokens = count_tokens(self.text + json.dumps(self.tool_calls))
+
+    def _words(self, piece: str) -> Iterator[dict[str, Any]]:
+        """The words to pass on now: none while what has come may still be calls only."""
+        if self._offered and not self.text and could_become_calls(self._held + piece):
+            self._held += piece
+            return
+        piece, self._held = self._held + piece, ""
+        self.text += piece
+        yield {"content": piece}
+
+    def _held_answer(self) -> dict[str, Any]:
+        """The held-back answer, once it has ended: calls, when it is calls only."""
+        held, self._held = self._held, ""
+        calls = [] if self.tool_calls else calls_in_text(held, self._offered)
+        if not calls:
+            self.text += held
+            return {"content": held}
+        self.tool_calls = [dict(call) for call in calls]
+        self.finish_reason = "tool_calls"
+        return {"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]}
 
     def _assemble(self, deltas: list[dict[str, Any]]) -> None:
         for delta in deltas:
@@ -678,15 +717,21 @@ async def astream(
         )
     except Exception as error:
         raise _failure(error) from error
-    return Stream(messages=messages, chunks=chunks)
+    return Stream(messages=messages, chunks=chunks, offered=offered_tools(options))
 
 
-def _completion_from(response: Any, *, model: str, latency_ms: int) -> Completion:
-    return _completions_from(response, model=model, latency_ms=latency_ms)[0]
+def _completion_from(
+    response: Any, *, model: str, latency_ms: int, offered: frozenset[str] = frozenset()
+) -> Completion:
+    return _completions_from(response, model=model, latency_ms=latency_ms, offered=offered)[0]
 
 
-def _completions_from(response: Any, *, model: str, latency_ms: int) -> list[Completion]:
+def _completions_from(
+    response: Any, *, model: str, latency_ms: int, offered: frozenset[str] = frozenset()
+) -> list[Completion]:
     """One completion per choice of the response (several when `n` asked for several).
+    An answer that is nothing but calls of the `offered` tools, written as text, is those
+    calls (integrations/text_tool_calls.py).
 
     With several, each answer's completion tokens are estimated from its text (servers
     disagree on what their usage counts: OpenAI the sum, llama.cpp one answer's) and the
@@ -701,6 +746,11 @@ def _completions_from(response: Any, *, model: str, latency_ms: int) -> list[Com
         raise PermanentLLMError("The model's answer had no message in it.")
     # An answer is untrusted text, which must reach the call log as it reaches the caller.
     texts = [storable(c).strip() if isinstance(c, str) else "" for c in contents]
+    finish_reasons = [str(choice.finish_reason or "") for choice in choices]
+    for index, (text, calls) in enumerate(zip(texts, tool_calls, strict=True)):
+        written = () if calls else calls_in_text(text, offered)
+        if written:
+            texts[index], tool_calls[index], finish_reasons[index] = "", written, "tool_calls"
     if not all(text or calls for text, calls in zip(texts, tool_calls, strict=True)):
         raise PermanentLLMError("The model returned an empty answer.")
     usage = getattr(response, "usage", None)
@@ -716,12 +766,12 @@ def _completions_from(response: Any, *, model: str, latency_ms: int) -> list[Com
             completion_tokens=answer_tokens,
             cost_usd=cost * answer_tokens / max(1, sum(tokens)),
             latency_ms=latency_ms,
-            finish_reason=str(choice.finish_reason or ("tool_calls" if calls else "stop")),
+            finish_reason=finish_reason or ("tool_calls" if calls else "stop"),
             tool_calls=calls,
             logprobs=_plain(getattr(choice, "logprobs", None)),
         )
-        for text, choice, answer_tokens, calls in zip(
-            texts, choices, tokens, tool_calls, strict=True
+        for text, choice, answer_tokens, calls, finish_reason in zip(
+            texts, choices, tokens, tool_calls, finish_reasons, strict=True
         )
     ]
 
