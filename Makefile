@@ -14,8 +14,8 @@ PORT ?= 8000
 LLM_NATIVE ?= 0
 LLM_BUILD := $(if $(filter 1,$(LLM_NATIVE)),native,portable)
 
-.PHONY: help run test test-fast bench chaos lint install-run install-test models embedding-model \
-	secret-key browser loadgen java
+.PHONY: help run test test-fast bench chaos lint install-run install-test models test-models \
+	embedding-model secret-key browser loadgen java
 
 help:
 	@echo "make run    - install everything, seed the demo and run web, worker, broker and LLM"
@@ -41,12 +41,13 @@ $(BIN)/python:
 # Each stamp is rebuilt when pyproject.toml changes; pip's wheel cache makes re-runs fast.
 # tools/install-llm compiles llama.cpp's server (once per machine: it keeps the binary in its
 # own cache, never pip's, which may hold a build for another CPU) while pip installs the
-# packages beside it, so the first run waits for the longer of the two, not for both.
+# packages beside it and then the models are downloaded and checked, so the first run waits
+# for the longer of the two, not for both.
 TEST_EXTRAS := .[dev,embedded]
 define install_with_llm
 	LLM_NATIVE=$(LLM_NATIVE) tools/install-llm $(BIN)/pip & llm=$$!; \
-	$(BIN)/pip install --quiet -e "$(1)"; packages=$$?; \
-	wait $$llm && test $$packages = 0
+	$(BIN)/pip install --quiet -e "$(1)" && $(BIN)/python manage.py build_models --llm; \
+	packages=$$?; wait $$llm && test $$packages = 0
 endef
 
 # Names the llama.cpp build asked for (portable or native), so switching LLM_NATIVE reinstalls.
@@ -54,7 +55,7 @@ $(VENV)/.llm-build-%: | $(BIN)/python
 	@rm -f $(VENV)/.llm-build-*
 	@touch $@
 
-$(VENV)/.installed-run: pyproject.toml tools/install-llm $(VENV)/.llm-build-$(LLM_BUILD)
+$(VENV)/.installed-run: pyproject.toml tools/install-llm $(VENV)/.llm-build-$(LLM_BUILD) | secret-key
 	$(call install_with_llm,.[embedded])
 	@touch $@
 
@@ -62,7 +63,7 @@ $(VENV)/.installed-run: pyproject.toml tools/install-llm $(VENV)/.llm-build-$(LL
 # numpy 1.x and pulls torch for evaluators we never run, so it goes in without its
 # dependencies; bench/bfcl.py reads only its data files and its AST checker.
 BFCL_EVAL := bfcl-eval==2026.3.23
-$(VENV)/.installed-test: pyproject.toml tools/install-llm $(VENV)/.llm-build-$(LLM_BUILD)
+$(VENV)/.installed-test: pyproject.toml tools/install-llm $(VENV)/.llm-build-$(LLM_BUILD) | secret-key
 	$(call install_with_llm,$(TEST_EXTRAS))
 	$(BIN)/pip install --quiet --no-deps "$(BFCL_EVAL)"
 	@touch $@ $(VENV)/.installed-run
@@ -70,12 +71,17 @@ $(VENV)/.installed-test: pyproject.toml tools/install-llm $(VENV)/.llm-build-$(L
 install-run: $(VENV)/.installed-run
 install-test: $(VENV)/.installed-test
 
-secret-key:
+secret-key: | $(BIN)/python
 	@mkdir -p $(VAR)
 	@test -s $(VAR)/secret_key || { $(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(64))' > $(VAR)/secret_key; chmod 600 $(VAR)/secret_key; }
 
 models: secret-key
 	$(BIN)/python manage.py build_models --llm
+
+# The LLM tier's tests run the smallest model, for speed (tests/settings.py); the default
+# model's own test (tests/integration/test_default_model.py) runs the default.
+test-models: models
+	LOCAL_LLM=smollm2-135m $(BIN)/python manage.py build_models --llm
 
 # The embedding model alone (the unit tier embeds text; it never starts the local LLM).
 embedding-model: install-test secret-key
@@ -114,7 +120,7 @@ loadgen:
 
 # The whole suite on SQLite, then on PostgreSQL when one answers (DATABASE_URL, else
 # 127.0.0.1:5432); it says which databases it ran on.
-test: install-test models browser loadgen java lint
+test: install-test test-models browser loadgen java lint
 	tools/run-tests $(BIN)/python $(PYTEST_ARGS)
 
 # The unit tier: the tests with none of the slow tiers' markers (pyproject; tests/conftest.py
