@@ -86,6 +86,16 @@ def stack() -> Iterator[RunningStack]:
             yield running
         finally:
             running.process.send_signal(signal.SIGINT)  # what Ctrl-C sends
+            # Pressed again while the parts stop: the stop goes on, and nothing outlives it.
+            process = running.process
+            wait_for(
+                lambda: (
+                    any("Stopping" in line for line in running.output) or process.poll() is not None
+                ),
+                what="the stop to begin",
+            )
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
             running.process.wait(timeout=90)
     assert not any(port_open("127.0.0.1", port) for port in (web_port, llm_port, gateway_port))
 

@@ -21,6 +21,9 @@ from icrlhf.ops.stack import (
 )
 from icrlhf.ops.supervision import Part, Supervisor, tail
 
+# Ctrl-C, `kill`, a closed terminal.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 class Command(BaseCommand):
     help = (
@@ -50,7 +53,7 @@ class Command(BaseCommand):
         # supervisord runs in its own session (so a Ctrl-C reaches this process only, which
         # stops the parts in order): `kill`, a closed terminal or a service manager's stop
         # must take the same way out, or the parts would outlive the command.
-        for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for stop_signal in STOP_SIGNALS:
             signal.signal(stop_signal, _stop_requested)
         supervisor = Supervisor(
             run_dir=settings.VAR_DIR / "run", log_dir=settings.VAR_DIR / "log", say=self.say
@@ -121,7 +124,11 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         finally:
-            self.say("Stopping…")
+            # A second Ctrl-C while the parts stop must not end this process first: supervisord
+            # would lose its output and die, leaving the parts it had not yet stopped running.
+            for stop_signal in STOP_SIGNALS:
+                signal.signal(stop_signal, signal.SIG_IGN)
+            self.say("Stopping… (each part has 15 s to finish its work)")
             supervisor.stop()
 
     def _broker(self, supervisor: Supervisor, readiness: list[tuple[str, Any, float]]) -> str:
