@@ -165,7 +165,7 @@ def measure(options: dict[str, Any], *, sizes: list[int]) -> dict[str, Any]:
         "valid": {"demo": _valid(demo_items), "banking77": _valid(bulk_items)},
         "accuracy": accuracy,
         "triage_valid_share": _valid([*demo_items, *bulk_items])["valid_share"],
-        "model": "SmolLM2-135M-Instruct (llama.cpp)",
+        "model": settings.LLM_MODEL,
         "structured_output": True,
         "stored_decisions_recorded_from_gold_labels": True,
         "seed": options["seed"],

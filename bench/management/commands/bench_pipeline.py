@@ -42,7 +42,7 @@ class Command(WorldCommand):
         parser.add_argument(
             "--local-model",
             action="store_true",
-            help="Time generations on the real local model (llama.cpp with SmolLM2, "
+            help="Time generations on the real local model (llama.cpp with LOCAL_LLM's model, "
             "LOCAL_LLM_SLOTS requests at once), or on --llm-api-base's, instead: to the first "
             "candidate and to all N.",
         )

@@ -6,7 +6,8 @@ share answered from memory: the loop closed from production, measured on its own
 
 Everything is real: the gateway process (uvicorn), the worker (which owns the embedded store
 and generates the captured items' other candidates), retrieval with fastembed, the local LLM
-(llama.cpp + SmolLM2, unless --llm-api-base names another) and the review services. The
+(llama.cpp with LOCAL_LLM's model or --local-llm's, unless --llm-api-base names another)
+and the review services. The
 reviewer keeps the served answer when it names the gold intent, else picks a candidate that
 does, else edits one to the gold intent. Production repeats itself: --repeat is the share of
 calls that send a request seen before."""

@@ -1,4 +1,5 @@
-"""Triage by the real local model (llama.cpp + SmolLM2), through the real worker:
+"""Triage by the real local model (llama.cpp with LOCAL_LLM's model or --local-llm's),
+through the real worker:
 
 (a) the share of valid proposals (a category of the queue's and a priority) on the demo's
     tickets and on Banking77 tickets, the model held to the queue's schema (structured
