@@ -16,8 +16,9 @@ from django.urls import reverse
 from django.utils.html import escape
 from markdown.extensions.toc import slugify
 
-# The help's pages, in reading order: docs/README.md's list, without the benchmarks (figures
-# of one machine, not help) and the index itself.
+# The help's pages, in reading order: docs/README.md's list, without the developer's guide
+# (for those who change the code, in the repository), the benchmarks (figures of one machine,
+# not help) and the index itself.
 PAGES = (
     "reviewers.md",
     "apps-and-agents.md",

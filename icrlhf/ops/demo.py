@@ -67,6 +67,19 @@ DEMO_TRIAGE_SLUG = "banking-triage"
 DEMO_TRIAGE_TICKETS = 8
 
 
+def banking77_missing(data_dir: Path) -> str:
+    """What the demo lacks without Banking77, in a sentence; empty when the data set is there."""
+    folder = data_dir / "banking77"
+    missing = [name for name in ("test.csv", "categories.json") if not (folder / name).is_file()]
+    if not missing:
+        return ""
+    return (
+        f"No Banking77 data set in {folder} ({' and '.join(missing)} missing): the demo queue "
+        "gets no items and no triage queue is made. Point SHARED_DATA_DIR at a folder holding "
+        "banking77/ (the shared data beside the repository) and run `make run` again."
+    )
+
+
 @transaction.atomic
 def demo_triage_queue_ensure(*, data_dir: Path) -> tuple[Queue | None, int]:
     """A support-triage queue whose categories are Banking77's 77 intents, with a few
@@ -75,7 +88,7 @@ def demo_triage_queue_ensure(*, data_dir: Path) -> tuple[Queue | None, int]:
 
     categories_path = data_dir / "banking77" / "categories.json"
     csv_path = data_dir / "banking77" / "test.csv"
-    if not (categories_path.is_file() and csv_path.is_file()):
+    if banking77_missing(data_dir):
         return None, 0
     queue, created = Queue.objects.get_or_create(
         slug=DEMO_TRIAGE_SLUG,
@@ -125,8 +138,9 @@ def demo_triage_queue_ensure(*, data_dir: Path) -> tuple[Queue | None, int]:
 
 @transaction.atomic
 def demo_queue_ensure(*, data_dir: Path) -> tuple[Queue, int]:
-    """Create the demo queue and its items once; returns the queue and the items created."""
-    queue, created = Queue.objects.get_or_create(
+    """Create the demo queue once, and its items while it has none (so a data set put in place
+    later still seeds them); returns the queue and the items created."""
+    queue, _created = Queue.objects.get_or_create(
         slug=DEMO_QUEUE_SLUG,
         defaults={
             "name": "Banking support",
@@ -142,10 +156,8 @@ def demo_queue_ensure(*, data_dir: Path) -> tuple[Queue, int]:
     queue.members.add(
         get_user_model().objects.get(username=DEMO_USERNAME), through_defaults={"role": "curator"}
     )
-    if not created:
-        return queue, 0
     csv_path = data_dir / "banking77" / "test.csv"
-    if not csv_path.is_file():
+    if not csv_path.is_file() or Item.objects.filter(queue=queue).exists():
         return queue, 0
     messages = banking77_messages(csv_path)
     user = get_user_model().objects.get(username=DEMO_USERNAME)

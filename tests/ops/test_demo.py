@@ -1,12 +1,14 @@
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import LazySettings
 from django.contrib.auth import authenticate
+from django.core.management import call_command
 
 from icrlhf.ops.demo import DEMO_INTENTS, demo_login_ensure, demo_queue_ensure
-from icrlhf.queues.models import Item
+from icrlhf.queues.models import Item, Queue
 
 pytestmark = pytest.mark.django_db
 
@@ -35,3 +37,29 @@ def test_the_demo_queue_gets_banking77_items_once(
     assert items.count() == len(DEMO_INTENTS)
     assert all(item.status == Item.Status.GENERATING for item in items)
     assert all(item.generations.get().candidates.count() == 4 for item in items)
+
+
+def test_without_banking77_seed_demo_says_what_is_missing_and_seeds_once_it_is_there(
+    settings: LazySettings, tmp_path: Path, django_capture_on_commit_callbacks: Any
+) -> None:
+    """A clone without the shared data used to get an empty demo queue and no triage queue,
+    and no word of why; the data set put in place later still seeds the queue."""
+    settings.VAR_DIR = tmp_path
+    shared = settings.SHARED_DATA_DIR
+    settings.SHARED_DATA_DIR = tmp_path / "data"
+    stdout, stderr = StringIO(), StringIO()
+    with django_capture_on_commit_callbacks(execute=False):
+        call_command("seed_demo", stdout=stdout, stderr=stderr)
+    assert "queue banking-support: 0 new items" in stdout.getvalue()
+    warning = stderr.getvalue()
+    assert f"No Banking77 data set in {tmp_path / 'data' / 'banking77'}" in warning
+    assert "test.csv and categories.json missing" in warning and "SHARED_DATA_DIR" in warning
+    assert not Queue.objects.filter(kind=Queue.Kind.TRIAGE).exists()
+
+    settings.SHARED_DATA_DIR = shared
+    stdout, stderr = StringIO(), StringIO()
+    with django_capture_on_commit_callbacks(execute=False):
+        call_command("seed_demo", stdout=stdout, stderr=stderr)
+    assert f"{len(DEMO_INTENTS)} new items" in stdout.getvalue()
+    assert "Triage queue banking-triage: 8 new tickets" in stdout.getvalue()
+    assert stderr.getvalue() == ""

@@ -3,7 +3,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from icrlhf.ops.demo import demo_login_ensure, demo_queue_ensure, demo_triage_queue_ensure
+from icrlhf.ops.demo import (
+    banking77_missing,
+    demo_login_ensure,
+    demo_queue_ensure,
+    demo_triage_queue_ensure,
+)
 
 
 class Command(BaseCommand):
@@ -16,3 +21,5 @@ class Command(BaseCommand):
         triage, tickets = demo_triage_queue_ensure(data_dir=settings.SHARED_DATA_DIR)
         if triage is not None:
             self.stdout.write(f"Triage queue {triage.slug}: {tickets} new tickets")
+        if missing := banking77_missing(settings.SHARED_DATA_DIR):
+            self.stderr.write(self.style.WARNING(missing))
