@@ -413,14 +413,14 @@ def item_page(*, item: Item, user: User, poll: bool) -> ItemPage:
         blind=bool(
             automation
             and automation.audit
-            and automation.undone_at is None
+            and automation.standing
             and automation.audit_decision_id is None
         ),
         audit_agreed=guard.audit_agreed(automation) if automation else None,
         can_undo_automation=reviewer
         and automation is not None
         and not automation.audit
-        and automation.undone_at is None,
+        and automation.standing,
         my_decision=mine,
         my_claim=my_claim,
         claim_on_load=claim_on_load,
