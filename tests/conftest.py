@@ -291,10 +291,10 @@ def gateway_threads(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> 
     """The in-process gateway's thread pools, fresh for the test and waited for after it: a
     capture's eager chain (generation, ranking) outlives the response, and a thread still
     writing while the test's tables are truncated deadlocks the flush on PostgreSQL."""
-    from icrlhf.gateway import call_log, views
+    from icrlhf.gateway import call_log, in_flight
 
     pools = {
-        (views, "_threads"): ThreadPoolExecutor(
+        (in_flight, "threads"): ThreadPoolExecutor(
             settings.GATEWAY_THREADS, thread_name_prefix="test-gateway"
         ),
         (call_log, "_capture_threads"): ThreadPoolExecutor(
