@@ -377,8 +377,8 @@ def item_permissions(standing: ItemStanding) -> ItemPermissions:
         and not standing.claimed_by_me
         and standing.free_slot
     )
-    automation = standing.automation
-    applied = automation is not None and automation.standing
+    # The automation that stands (an undone one neither hides the item nor can be undone).
+    applied = standing.automation if standing.automation and standing.automation.standing else None
     return ItemPermissions(
         claim_on_load=claim_on_load,
         can_decide=standing.reviewer
@@ -390,14 +390,8 @@ def item_permissions(standing: ItemStanding) -> ItemPermissions:
         and standing.ready_or_failed
         and not standing.decided
         and (standing.claimed_by_me or not standing.claimed_by_others),
-        can_undo_automation=standing.reviewer
-        and applied
-        and automation is not None
-        and not automation.audit,
-        blind=applied
-        and automation is not None
-        and automation.audit
-        and automation.audit_decision_id is None,
+        can_undo_automation=standing.reviewer and applied is not None and not applied.audit,
+        blind=applied is not None and applied.audit and applied.audit_decision_id is None,
         skipped_before=standing.skipped_by_me and not standing.decided_by_me,
     )
 
