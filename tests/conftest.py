@@ -1,11 +1,8 @@
 import contextlib
 import functools
-import os
 import shutil
-import subprocess
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -17,9 +14,17 @@ from django.test import Client
 
 from bench.world import database_url_of
 from icrlhf.integrations import llm, vectors
-from icrlhf.ops.stack import Stack, celery_worker_command, free_port, gateway_command, http_ok
+from icrlhf.ops.stack import Stack
 from tests.factories import QueueFactory, UserFactory
+from tests.support.caches import cache_in_redis
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.llm_answer import LLMAnswer
+from tests.support.processes import (
+    GATEWAY_LLM_TIMEOUT_S,
+    GatewayProcess,
+    WorkerProcess,
+)
+from tests.support.recall_double import recall_answered_here
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,16 +74,6 @@ def _other_databases_deselect(config: pytest.Config, items: list[pytest.Item]) -
         items[:] = kept
 
 
-def wait_for(check: Callable[[], Any], *, timeout_s: float = 30, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = check()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"Timed out after {timeout_s} s waiting for {what}")
-
-
 @pytest.fixture(autouse=True)
 def _fresh_rate_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts with no login or API attempts counted (the cache is per process),
@@ -90,9 +85,6 @@ def _fresh_rate_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     cache.clear()
     pinned = (time.time() // ratelimit.WINDOW_S) * ratelimit.WINDOW_S + 30
     monkeypatch.setattr(ratelimit, "clock", lambda: pinned)
-
-
-LLMAnswer = Callable[[str], None]
 
 
 @pytest.fixture
@@ -138,20 +130,6 @@ def vector_store(tmp_path: Path, settings: Any) -> Iterator[Path]:
     vectors.close()
 
 
-def cache_in_redis(settings: Any, *, prefix: str = "") -> str:
-    """Django's cache in the machine's Redis (the counters' and the call-log journal's home),
-    under a key prefix of the test's own, which it returns."""
-    prefix = prefix or f"test-{uuid.uuid4().hex[:8]}"
-    settings.CACHES = {
-        "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": settings.CELERY_BROKER_URL,
-            "KEY_PREFIX": prefix,
-        }
-    }
-    return prefix
-
-
 @pytest.fixture
 def redis_cache(settings: Any) -> str:
     return cache_in_redis(settings)
@@ -162,48 +140,6 @@ def fixed_llm() -> Iterator[FixedLatencyLLM]:
     llm = FixedLatencyLLM(latency_s=0.05).start()
     yield llm
     llm.stop()
-
-
-class WorkerProcess:
-    """A real Celery worker in its own process, on the real broker, with its own Qdrant folder."""
-
-    def __init__(self, *, env: dict[str, str], log: Path) -> None:
-        self.name = f"test-{uuid.uuid4().hex[:8]}@localhost"
-        self.log = log
-        self._log_stream = log.open("wb")
-        self.process = subprocess.Popen(
-            celery_worker_command(
-                "--concurrency",
-                "10",
-                "--hostname",
-                self.name,
-                "--without-mingle",
-                "--without-gossip",
-            ),
-            cwd=ROOT,
-            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
-            stdout=self._log_stream,
-            stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout_s: float = 60) -> None:
-        from worker import app
-
-        def ready() -> bool:
-            if self.process.poll() is not None:
-                raise AssertionError(f"The worker exited: {self.log.read_text()[-3000:]}")
-            return bool(app.control.ping(destination=[self.name], timeout=0.5))
-
-        wait_for(ready, timeout_s=timeout_s, what="the Celery worker")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._log_stream.close()
 
 
 @pytest.fixture(scope="session")
@@ -263,45 +199,6 @@ def _session_worker_settles(request: pytest.FixtureRequest) -> Iterator[None]:
     deadline = time.monotonic() + 15
     while (unfinished.exists() or unindexed.exists()) and time.monotonic() < deadline:
         time.sleep(0.1)
-
-
-class GatewayProcess:
-    """The real gateway (uvicorn, ASGI) in its own process, on the tests' database. Its
-    retrievals go through the session's worker, which owns the embedded store."""
-
-    def __init__(self, *, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self.log = log
-        self._log_stream = log.open("wb")
-        self.process = subprocess.Popen(
-            gateway_command(self.port),
-            cwd=ROOT,
-            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
-            stdout=self._log_stream,
-            stderr=subprocess.STDOUT,
-        )
-
-    def wait_ready(self, timeout_s: float = 60) -> None:
-        def ready() -> bool:
-            if self.process.poll() is not None:
-                raise AssertionError(f"The gateway exited: {self.log.read_text()[-3000:]}")
-            return http_ok(f"http://127.0.0.1:{self.port}/healthz")
-
-        wait_for(ready, timeout_s=timeout_s, what="the gateway")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._log_stream.close()
-
-
-# Short enough that the timeout test waits little, long enough for every other call.
-GATEWAY_LLM_TIMEOUT_S = 3
 
 
 @pytest.fixture(scope="session")
@@ -394,10 +291,10 @@ def gateway_threads(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> 
     """The in-process gateway's thread pools, fresh for the test and waited for after it: a
     capture's eager chain (generation, ranking) outlives the response, and a thread still
     writing while the test's tables are truncated deadlocks the flush on PostgreSQL."""
-    from icrlhf.gateway import call_log, views
+    from icrlhf.gateway import call_log, in_flight
 
     pools = {
-        (views, "_threads"): ThreadPoolExecutor(
+        (in_flight, "threads"): ThreadPoolExecutor(
             settings.GATEWAY_THREADS, thread_name_prefix="test-gateway"
         ),
         (call_log, "_capture_threads"): ThreadPoolExecutor(
@@ -411,16 +308,6 @@ def gateway_threads(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> 
     finally:
         for pool in pools.values():
             pool.shutdown(wait=True)
-
-
-def recall_answered_here(query: dict[str, Any], *, timeout_s: float) -> dict[str, Any]:
-    """Test double of `remote_recall.ask`: the store owner's round of one, in this thread."""
-    from icrlhf.integrations.local_socket import Asked
-    from icrlhf.memory import recall_owner, remote_recall
-
-    asked = Asked(request=query, deadline=time.monotonic() + timeout_s)
-    recall_owner.answer_round([asked])
-    return remote_recall.answer_read(asked.answer)
 
 
 @pytest.fixture

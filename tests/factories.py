@@ -6,8 +6,10 @@ from django.contrib.auth.models import Group
 from django.utils import timezone
 
 from icrlhf.generation.models import Candidate, Generation
+from icrlhf.memory import index
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item, Membership, Queue
+from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
 from icrlhf.trajectories.services import (
     RunOwner,
@@ -171,3 +173,27 @@ def agent_step(
         call_id=call_id,
         created_at=created_at or timezone.now(),
     )
+
+
+def decided_and_indexed(
+    queue: Any, user: Any, question: str, answer: str, *others: str
+) -> list[Example]:
+    """Decide an item (the answer chosen over the others) and index its examples."""
+    item = ItemFactory(queue=queue, input_text=question)
+    generation = ready_generation(item, [answer, *others])
+    decision = decision_record(
+        item_id=item.pk,
+        reviewer=user,
+        verdict="chosen",
+        candidate_id=generation.candidates.get(text=answer).pk,
+    )
+    examples = list(decision.examples.all())
+    index.examples_index(example_ids=[e.pk for e in examples])
+    return examples
+
+
+def ready_item(queue: Any, texts: tuple[str, ...] = ("one", "two", "three")) -> Item:
+    """An item with a ready generation of `texts`."""
+    item = ItemFactory(queue=queue)
+    ready_generation(item, list(texts))
+    return item

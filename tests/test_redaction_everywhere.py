@@ -31,8 +31,8 @@ from icrlhf.queues.models import Item
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
-from tests.conftest import wait_for
 from tests.factories import QueueFactory, UserFactory
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

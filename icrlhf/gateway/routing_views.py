@@ -13,10 +13,10 @@ from icrlhf.gateway.forms import RoutingForm
 from icrlhf.generation.ranking import calibration_latest
 from icrlhf.queues.access import can_curate, queue_for_member
 from icrlhf.queues.models import Queue
-from icrlhf.queues.rules import evidence_of, rules_summary
+from icrlhf.queues.rules import rules_summary
 from icrlhf.queues.services import routing_update
 from icrlhf.review import guard
-from icrlhf.review.calibrations import MIN_ITEMS
+from icrlhf.review.calibrations import routing_evidence
 
 
 def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
@@ -24,9 +24,7 @@ def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
     may_edit = can_curate(request.user, queue)
     calibration = calibration_latest(queue_id=queue.pk)
     pause = guard.pause_active(queue)
-    evidence = evidence_of(
-        queue=queue, calibration=calibration, paused=pause is not None, needed=MIN_ITEMS
-    )
+    evidence = routing_evidence(queue)
     # The form validates into a copy: a refused form leaves the page (the summary, the
     # audits' watch, the current threshold) describing the rules as saved.
     form = RoutingForm(request.POST or None, instance=copy.copy(queue), evidence=evidence)

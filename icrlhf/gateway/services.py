@@ -17,10 +17,10 @@ from django.utils import timezone
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.generation import ranking
-from icrlhf.generation.context import Room, prompt_context, request_signature
+from icrlhf.generation.context import PromptContext, Room, prompt_context, request_signature
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.integrations.redaction import Destination, scrub
-from icrlhf.memory.selectors import RetrievedExample, examples_recall_anywhere
+from icrlhf.memory.selectors import Recall, RetrievedExample, examples_recall_anywhere
 from icrlhf.memory.signatures import PLAIN, tool_names
 from icrlhf.queues.models import Queue
 from icrlhf.trajectories.services import (
@@ -137,7 +137,6 @@ def call_plan(
     options = request.upstream_options()
     run_key = trajectory_key or str((request.metadata or {}).get("trajectory_id") or "")
     holdout = held_out(queue=queue, run_key=run_key)
-    threshold = queue.memory_answer_threshold
     # Only plain text is answered from memory, and never a held-out call.
     signature = request_signature(conversation=context, options=options)
     may_answer = not holdout and signature == PLAIN
@@ -151,11 +150,41 @@ def call_plan(
         pool=ranking.MEMORY_NEIGHBOURS
         if memory_fit
         else _ANSWER_POOL
-        if may_answer and threshold is not None
+        if may_answer and queue.memory_answer_threshold is not None
         else 0,
         retrieve=examples_recall_anywhere,
         token_id=token_id,
     )
+    retrieved = _plan_retrieved(
+        queue=queue,
+        request=request,
+        request_text=request_text,
+        context=context,
+        options=options,
+        run_key=run_key,
+        holdout=holdout,
+        prompt=prompt,
+    )
+    if may_answer:
+        answered = _memory_answered(retrieved, recall=prompt.recall, memory_fit=memory_fit)
+        if answered is not None:
+            return answered
+    return _plan_for_model(retrieved, request=request, prompt=prompt)
+
+
+def _plan_retrieved(
+    *,
+    queue: Queue,
+    request: ChatRequest,
+    request_text: str,
+    context: list[dict[str, Any]],
+    options: dict[str, Any],
+    run_key: str,
+    holdout: bool,
+    prompt: PromptContext,
+) -> Plan:
+    """The plan as retrieval left it: what memory did for the call (used, empty, or
+    unavailable), its coverage, and whether it goes to review; neither answer nor prompt yet."""
     recall = prompt.recall
     if prompt.memory_error is not None:
         # The headers and the log say the answer was made without memory.
@@ -172,7 +201,7 @@ def call_plan(
     top_score = max(
         (r.score for r in recall.examples + recall.neighbours if not r.format_only), default=None
     )
-    retrieved = Plan(
+    return Plan(
         queue=queue,
         request_text=request_text,
         context=context,
@@ -188,6 +217,19 @@ def call_plan(
         end_user=request.user or "",
     )
 
+
+def _memory_answered(
+    retrieved: Plan, *, recall: Recall, memory_fit: dict[str, Any] | None
+) -> Plan | None:
+    """The plan of a call memory answers (a plain-text call, not held out): by the nearest
+    servable answer when it is within the queue's similarity threshold, else by the answer
+    memory's own confidence is surest of, above the queue's. None: the model answers.
+
+    Only plain text is answered from memory (and only plain examples are found for it). A
+    stored tool call is never replayed, even to a call with the same tools: its arguments
+    were right for its own state (an order number, a path), and a similar state is not the
+    same one; the model, shown the example, writes the call for this one."""
+    queue = retrieved.queue
     # Served as is, with no one reviewing it: only an approved example, where the queue asks.
     servable = [
         r
@@ -195,38 +237,46 @@ def call_plan(
         if not queue.memory_answers_need_approval or r.example.approved_for_answers_at
     ]
     nearest = max(servable, key=lambda r: r.score, default=None)
-    # Only plain text is answered from memory (and only plain examples are found for it). A
-    # stored tool call is never replayed, even to a call with the same tools: its arguments
-    # were right for its own state (an order number, a path), and a similar state is not the
-    # same one; the model, shown the example, writes the call for this one.
-    answerable = nearest is not None and may_answer
-    if answerable and threshold is not None and nearest is not None and nearest.score >= threshold:
+    if nearest is None:
+        return None
+    threshold = queue.memory_answer_threshold
+    if threshold is not None and nearest.score >= threshold:
         return replace(retrieved, examples=[nearest], memory_answer=nearest.example.output_text)
-    if answerable and memory_fit is not None and queue.memory_answer_confidence is not None:
-        best = ranking.memory_answer_best(
-            queue=queue,
-            recall=recall,
-            # As the fit saw them: memory candidates are offered from this similarity up.
-            offered=[r for r in servable if r.score >= queue.memory_min_similarity],
-            memory_fit=memory_fit,
-        )
-        if best is not None and best[1] >= queue.memory_answer_confidence:
-            hit, confidence = best
-            return replace(
-                retrieved,
-                examples=[hit],
-                memory_answer=hit.example.output_text,
-                memory_confidence=confidence,
-            )
-    # The caller's sampling parameters, within the queue's limit on answer length.
+    if memory_fit is None or queue.memory_answer_confidence is None:
+        return None
+    best = ranking.memory_answer_best(
+        queue=queue,
+        recall=recall,
+        # As the fit saw them: memory candidates are offered from this similarity up.
+        offered=[r for r in servable if r.score >= queue.memory_min_similarity],
+        memory_fit=memory_fit,
+    )
+    if best is None or best[1] < queue.memory_answer_confidence:
+        return None
+    hit, confidence = best
+    return replace(
+        retrieved,
+        examples=[hit],
+        memory_answer=hit.example.output_text,
+        memory_confidence=confidence,
+    )
+
+
+def _plan_for_model(retrieved: Plan, *, request: ChatRequest, prompt: PromptContext) -> Plan:
+    """The plan of a call the model answers: the caller's sampling parameters within the
+    queue's limit on answer length, and the prompt with what fits the model's window (and the
+    same without format examples, for the retry when the model calls a tool not offered)."""
+    queue = retrieved.queue
     params = {"temperature": queue.temperature, "max_tokens": queue.max_tokens}
     params |= request.sampling()
     params["max_tokens"] = min(int(params["max_tokens"]), queue.max_tokens)
     model = queue.model or settings.LLM_MODEL
     # A held-out call is retrieved for all the same (its coverage is measured alike), but
     # nothing retrieved reaches its prompt; of the rest, what fits the model's window.
-    room = Room.of_call(model=model, api_base=queue.api_base, params=params, options=options)
-    sent = prompt.fitted(examples=[] if holdout else recall.examples, room=room)
+    room = Room.of_call(
+        model=model, api_base=queue.api_base, params=params, options=retrieved.options
+    )
+    sent = prompt.fitted(examples=[] if retrieved.holdout else prompt.recall.examples, room=room)
     own = [r for r in sent.examples if not r.format_only]
     retry = sent if len(own) == len(sent.examples) else prompt.fitted(examples=own, room=room)
     return replace(

@@ -27,7 +27,7 @@ clock = time.time
 
 def _longest_call_s() -> float:
     # A call, asked again without structured output if the endpoint refused it, each given
-    # up on LLM_TIMEOUT_S + 30 s after it started (integrations/llm.py).
+    # up on LLM_TIMEOUT_S + 30 s after it started (integrations/llm/).
     return 2 * (settings.LLM_TIMEOUT_S + 30)
 
 

@@ -17,7 +17,13 @@ from django.db.models import Count, Exists, F, Q
 from django.utils import timezone
 
 from icrlhf.generation import endpoint_share, ranking, selectors, signals, tasks
-from icrlhf.generation.context import Room, prompt_context, request_signature
+from icrlhf.generation.context import (
+    Prompt,
+    PromptContext,
+    Room,
+    prompt_context,
+    request_signature,
+)
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.integrations import database, llm
 from icrlhf.kinds import kind_of
@@ -68,49 +74,19 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
 
     Returns the ids of the candidates fanned out (none when someone else has the generation).
     """
-    now = timezone.now()
-    claimed = (
-        Generation.objects.filter(pk=generation_id)
-        .filter(
-            Q(status=Generation.Status.PENDING)
-            | Q(status=Generation.Status.PREPARING, lease_expires_at__lt=now)
-        )
-        .update(status=Generation.Status.PREPARING, lease_expires_at=now + _PREPARE_LEASE)
-    )
-    if not claimed:
+    generation = _generation_claim_to_prepare(generation_id)
+    if generation is None:
         return []
-    generation = Generation.objects.select_related("item__queue").get(pk=generation_id)
     item, queue = generation.item, generation.item.queue
-
     # What memory held at preparation, recorded with the generation; retrieval skips an
     # empty memory by it.
     preferred = memory_selectors.preferred_count(queue=queue)
-    # A captured gateway call is the next step of the caller's conversation, with its tools.
-    signature = request_signature(conversation=item.conversation, options=item.call_options)
-    context = prompt_context(
-        queue=queue,
-        query_text=item.input_text,
-        conversation=item.conversation,
-        signature=signature,
-        pool=ranking.MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
-        retrieve=partial(memory_selectors.examples_recall, preferred=preferred),
-        # A captured call's review gets the format examples its token's calls would get
-        # (only a request with tools gets any: no query for the others).
-        token_id=selectors.item_token_id(item=item) if signature.tool_names else None,
-    )
-    retrieval_error = ""
-    if context.memory_error is not None:
-        # The reviewer sees why the candidates were written without examples.
-        logger.warning(
-            "Retrieval skipped for generation %s: %s", generation_id, context.memory_error
-        )
-        retrieval_error = "Memory was unavailable, so no examples were retrieved."
-    recall = context.recall
+    context = _retrieved(generation=generation, preferred=preferred)
     earlier = selectors.attempts_earlier(
         item=item, before=generation, token_budget=queue.example_token_budget
     )
     prompt = context.fitted(
-        examples=recall.examples,
+        examples=context.recall.examples,
         attempts=earlier.attempts,
         attempts_feedback=earlier.feedback,
         room=Room.of_call(
@@ -120,30 +96,16 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
             options=item.call_options,
         ),
     )
-    messages = prompt.messages
     with transaction.atomic():
-        # The examples the prompt carries: those that fit the model's window.
-        memory_services.retrievals_record(generation_id=generation.pk, retrieved=prompt.examples)
-        Generation.objects.filter(pk=generation_id).update(
-            status=Generation.Status.RUNNING,
-            messages=messages,
-            retrieval_error=retrieval_error,
-            retrieval_ms=int(context.retrieval_ms),
-            neighbours=[n.as_json() for n in ranking.neighbours_of(queue=queue, recall=recall)],
-            stored_examples=preferred,
-            min_similarity=recall.minimum,
-            below_minimum=[
-                {"example": str(hit.example.pk), "score": hit.score} for hit in recall.below_minimum
-            ],
-            prepared_at=timezone.now(),
-            lease_expires_at=None,
+        _preparation_record(
+            generation=generation, context=context, prompt=prompt, preferred=preferred
         )
         candidates = list(generation.candidates.order_by("pk"))
         pending = [c for c in candidates if c.status == Candidate.Status.PENDING]
         answered = _memory_candidates_fill(
             pending=pending,
             # A stored tool call is not offered again: its arguments were for its own state.
-            neighbours=recall.neighbours if context.signature == PLAIN else [],
+            neighbours=context.recall.neighbours if context.signature == PLAIN else [],
             queue=queue,
             # An answer already among the candidates (one served to an application), or one
             # a reviewer sent back with "try again".
@@ -164,9 +126,78 @@ def generation_prepare(*, generation_id: int, inline: bool = False) -> list[int]
     if not candidate_ids:
         generation_finish_if_complete(generation_id=generation_id)
     elif generating_here:
-        generation.messages = messages
+        generation.messages = prompt.messages
         _candidates_run_in_share(generating_here, run=_candidates_run_or_fail)
     return candidate_ids
+
+
+def _generation_claim_to_prepare(generation_id: int) -> Generation | None:
+    """The generation, if this worker may prepare it: pending, or preparing under a lease
+    that ran out (its worker died). None when someone else has it."""
+    now = timezone.now()
+    claimed = (
+        Generation.objects.filter(pk=generation_id)
+        .filter(
+            Q(status=Generation.Status.PENDING)
+            | Q(status=Generation.Status.PREPARING, lease_expires_at__lt=now)
+        )
+        .update(status=Generation.Status.PREPARING, lease_expires_at=now + _PREPARE_LEASE)
+    )
+    if not claimed:
+        return None
+    return Generation.objects.select_related("item__queue").get(pk=generation_id)
+
+
+def _retrieved(*, generation: Generation, preferred: int) -> PromptContext:
+    """The item's request readied for the model, with what memory retrieved for it."""
+    item = generation.item
+    # A captured gateway call is the next step of the caller's conversation, with its tools.
+    signature = request_signature(conversation=item.conversation, options=item.call_options)
+    context = prompt_context(
+        queue=item.queue,
+        query_text=item.input_text,
+        conversation=item.conversation,
+        signature=signature,
+        pool=ranking.MEMORY_NEIGHBOURS,  # for memory candidates and for the ranking
+        retrieve=partial(memory_selectors.examples_recall, preferred=preferred),
+        # A captured call's review gets the format examples its token's calls would get
+        # (only a request with tools gets any: no query for the others).
+        token_id=selectors.item_token_id(item=item) if signature.tool_names else None,
+    )
+    if context.memory_error is not None:
+        logger.warning(
+            "Retrieval skipped for generation %s: %s", generation.pk, context.memory_error
+        )
+    return context
+
+
+def _preparation_record(
+    *, generation: Generation, context: PromptContext, prompt: Prompt, preferred: int
+) -> None:
+    """Store what the preparation made: the exact messages, the examples they carry (those
+    that fit the model's window), the neighbours the ranking reads, what the minimum left
+    out, and, when memory was unavailable, why the candidates have no examples."""
+    recall = context.recall
+    memory_services.retrievals_record(generation_id=generation.pk, retrieved=prompt.examples)
+    Generation.objects.filter(pk=generation.pk).update(
+        status=Generation.Status.RUNNING,
+        messages=prompt.messages,
+        # The reviewer sees why the candidates were written without examples.
+        retrieval_error="Memory was unavailable, so no examples were retrieved."
+        if context.memory_error is not None
+        else "",
+        retrieval_ms=int(context.retrieval_ms),
+        neighbours=[
+            n.as_json() for n in ranking.neighbours_of(queue=generation.item.queue, recall=recall)
+        ],
+        stored_examples=preferred,
+        min_similarity=recall.minimum,
+        below_minimum=[
+            {"example": str(hit.example.pk), "score": hit.score} for hit in recall.below_minimum
+        ],
+        prepared_at=timezone.now(),
+        lease_expires_at=None,
+    )
 
 
 def _candidates_claim_prepared(candidates: list[Candidate]) -> list[Candidate]:

@@ -219,7 +219,7 @@ def _final_text(item: Item, decision: Decision | None, automation: Automation | 
         if decision.verdict == decision.Verdict.NONE_ACCEPTABLE:
             return None
         return kind.example_text(text=decision.final_text, fields=decision.final_fields)
-    if automation is not None and automation.undone_at is None:
+    if automation is not None and automation.standing:
         return kind.example_text(text=automation.final_text, fields=automation.final_fields)
     return None
 

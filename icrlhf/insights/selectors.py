@@ -509,7 +509,7 @@ def _automation(queue: Queue, days: list[date]) -> AutomationBoard:
         item__queue=queue, created_at__gte=since
     ).select_related("audit_decision"):
         day = timezone.localdate(automation.created_at)
-        if automation.undone_at is not None:
+        if not automation.standing:
             undone += 1
             continue
         automated[day] += 1

@@ -5,6 +5,7 @@ for it. Each kind lives in its own package under icrlhf/kinds/ with its template
 templates/kinds/<name>/, and is installed by one line in icrlhf/kinds/__init__.py
 (INSTALLED_KINDS). Callers ask a kind what it does, never which kind it is."""
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,13 @@ class QueueKind:
     def prefill(self, *, text: str, fields: dict[str, str] | None, queue: Queue) -> dict[str, str]:
         """What picking a candidate puts into the correction fields (none for free text)."""
         return {}
+
+    def category_choices(
+        self, *, proposed: Sequence[dict[str, str]], queue: Queue
+    ) -> tuple[list[str], list[str]]:
+        """The correction form's categories: those the candidates propose (`proposed`: their
+        prefills), then every other one. None for a kind without a category."""
+        return [], []
 
     def example_text(self, *, text: str, fields: dict[str, str] | None) -> str:
         """The text a candidate is remembered by."""

@@ -20,6 +20,9 @@ _OVERFETCH = 4
 # one. A neighbourhood more crowded than that falls back to the exact, filtered search.
 _CROWDING = 4
 
+# Search hits with their examples' rows.
+_Hits = list[tuple[vectors.Hit, Example]]
+
 
 @dataclass(frozen=True)
 class RetrievedExample:
@@ -82,17 +85,9 @@ def examples_recall(
         return Recall(examples=[], neighbours=[], minimum=minimum)
     collection = index.collection_of(queue.pk)
     vector = vector or embeddings.embed_text(query_text)
-    pinned = [
-        example
-        for example in _rows()
-        .filter(queue=queue, role=Example.Role.PREFERRED, status=Example.Status.PINNED)
-        .order_by("created_at")
-        if _admitted(example, signature)
-    ][: max(k, pool)]
-    pinned_scores = vectors.search_among(
-        collection=collection, vector=vector, ids=[e.pk for e in pinned]
+    pinned, pinned_scores = _pinned_nearest_first(
+        queue=queue, collection=collection, vector=vector, signature=signature, k=k, pool=pool
     )
-    pinned.sort(key=lambda e: -pinned_scores.get(e.pk, 0.0))
     live, rejected, nearby = _live_hits(
         queue_id=queue.pk,
         collection=collection,
@@ -103,8 +98,64 @@ def examples_recall(
         signature=signature,
     )
     live.sort(key=lambda pair: -pair[0].score * pair[1].weight)
+    ranked, below, kept_vectors = _top_k(
+        pinned=pinned[:k], pinned_scores=pinned_scores, live=live, k=k, minimum=minimum
+    )
+    format_ranked = _format_places(
+        nearby,
+        queue=queue,
+        signature=signature,
+        collection=collection,
+        token_id=token_id,
+        places=k - len(ranked),
+        kept_vectors=kept_vectors,
+    )
+    return Recall(
+        examples=_within_budget(ranked, token_budget, formats=format_ranked),
+        neighbours=_neighbours(
+            pinned=pinned, pinned_scores=pinned_scores, live=live, pool=pool, minimum=minimum
+        ),
+        below_minimum=_numbered(below),
+        minimum=minimum,
+        rejected=_numbered([(hit.score, e) for hit, e in rejected if hit.score >= minimum][:pool]),
+    )
 
-    ranked: list[tuple[float, Example]] = [(pinned_scores.get(e.pk, 0.0), e) for e in pinned[:k]]
+
+def _pinned_nearest_first(
+    *,
+    queue: Queue,
+    collection: str,
+    vector: list[float],
+    signature: Signature,
+    k: int,
+    pool: int,
+) -> tuple[list[Example], dict[uuid.UUID, float]]:
+    """The queue's pinned examples this request admits (the oldest `max(k, pool)`), nearest
+    first, and their similarities to it."""
+    pinned = [
+        example
+        for example in _rows()
+        .filter(queue=queue, role=Example.Role.PREFERRED, status=Example.Status.PINNED)
+        .order_by("created_at")
+        if _admitted(example, signature)
+    ][: max(k, pool)]
+    scores = vectors.search_among(collection=collection, vector=vector, ids=[e.pk for e in pinned])
+    pinned.sort(key=lambda e: -scores.get(e.pk, 0.0))
+    return pinned, scores
+
+
+def _top_k(
+    *,
+    pinned: list[Example],
+    pinned_scores: dict[uuid.UUID, float],
+    live: _Hits,
+    k: int,
+    minimum: float,
+) -> tuple[list[tuple[float, Example]], list[tuple[float, Example]], list[vectors.UnitVector]]:
+    """The prompt's examples: the pinned ones, then the best-ranked live ones at or above the
+    minimum, no near-duplicates, up to k; the ones the minimum left out where they would have
+    stood; and the vectors kept, which format examples must not duplicate either."""
+    ranked: list[tuple[float, Example]] = [(pinned_scores.get(e.pk, 0.0), e) for e in pinned]
     below: list[tuple[float, Example]] = []
     kept_vectors: list[vectors.UnitVector] = []
     below_vectors: list[vectors.UnitVector] = []
@@ -123,36 +174,60 @@ def examples_recall(
             continue
         kept_vectors.append(unit)
         ranked.append((hit.score, example))
-    # Format examples are about the form of a call, not the request's subject, and only that
-    # form reaches the prompt: the minimum similarity, which keeps off-topic requests away
-    # from memory's answers, does not apply (the queue's setting says so).
-    format_ranked: list[tuple[float, Example]] = []
-    places = k - len(ranked)
-    formats = (
-        _formats_of(
-            nearby,
-            limit=places * _OVERFETCH,
-            queue=queue,
-            signature=signature,
-            collection=collection,
-            token_id=token_id,
-        )
-        if queue.format_examples_from != Queue.FormatExamples.OFF
-        and signature.tool_names
-        and places > 0
-        else []
+    return ranked, below, kept_vectors
+
+
+def _format_places(
+    nearby: list[vectors.Hit],
+    *,
+    queue: Queue,
+    signature: Signature,
+    collection: str,
+    token_id: int | None,
+    places: int,
+    kept_vectors: list[vectors.UnitVector],
+) -> list[tuple[float, Example]]:
+    """The places the prompt's examples left, filled with format examples when the queue
+    sends them and the request offers tools. They are about the form of a call, not the
+    request's subject, and only that form reaches the prompt: the minimum similarity, which
+    keeps off-topic requests away from memory's answers, does not apply (the queue's setting
+    says so)."""
+    if queue.format_examples_from == Queue.FormatExamples.OFF or not signature.tool_names:
+        return []
+    if places <= 0:
+        return []
+    formats = _formats_of(
+        nearby,
+        limit=places * _OVERFETCH,
+        queue=queue,
+        signature=signature,
+        collection=collection,
+        token_id=token_id,
     )
+    chosen: list[tuple[float, Example]] = []
     for hit, example in formats:
-        if len(ranked) + len(format_ranked) >= k:
+        if len(chosen) >= places:
             break
         unit = vectors.unit_array(hit.vector)
         if _near_any(unit, kept_vectors):
             continue
         kept_vectors.append(unit)
-        format_ranked.append((hit.score, example))
+        chosen.append((hit.score, example))
+    return chosen
 
-    # A stored answer is never offered, nor served, for a request it is not similar enough
-    # to: pinned or not (pinning puts an example in the prompt, not its answer in the reply).
+
+def _neighbours(
+    *,
+    pinned: list[Example],
+    pinned_scores: dict[uuid.UUID, float],
+    live: _Hits,
+    pool: int,
+    minimum: float,
+) -> list[RetrievedExample]:
+    """The `pool` nearest pinned or live examples at or above the minimum, by similarity ×
+    weight. A stored answer is never offered, nor served, for a request it is not similar
+    enough to: pinned or not (pinning puts an example in the prompt, not its answer in the
+    reply)."""
     nearest = [
         (pinned_scores[e.pk], e.weight, e)
         for e in pinned
@@ -162,25 +237,14 @@ def examples_recall(
         (hit.score, example.weight, example) for hit, example in live if hit.score >= minimum
     ]
     nearest.sort(key=lambda triple: -triple[0] * triple[1])
-    neighbours = [
+    return _numbered([(score, example) for score, _weight, example in nearest[:pool]])
+
+
+def _numbered(scored: list[tuple[float, Example]]) -> list[RetrievedExample]:
+    return [
         RetrievedExample(example=example, score=score, rank=rank)
-        for rank, (score, _, example) in enumerate(nearest[:pool], start=1)
+        for rank, (score, example) in enumerate(scored, start=1)
     ]
-    return Recall(
-        examples=_within_budget(ranked, token_budget, formats=format_ranked),
-        neighbours=neighbours,
-        below_minimum=[
-            RetrievedExample(example=example, score=score, rank=rank)
-            for rank, (score, example) in enumerate(below, start=1)
-        ],
-        minimum=minimum,
-        rejected=[
-            RetrievedExample(example=example, score=hit.score, rank=rank)
-            for rank, (hit, example) in enumerate(
-                [(hit, e) for hit, e in rejected if hit.score >= minimum][:pool], start=1
-            )
-        ],
-    )
 
 
 def _near_any(unit: vectors.UnitVector, others: list[vectors.UnitVector]) -> bool:
@@ -198,9 +262,6 @@ def _as_format(example: Example, signature: Signature) -> bool:
     return bool(action.get("tool_calls")) and signature.admits_as_format(
         tool_names=example.tool_names, output_format=example.output_format
     )
-
-
-_Hits = list[tuple[vectors.Hit, Example]]
 
 
 def _live_hits(

@@ -79,11 +79,14 @@ class Queue(models.Model):
         "format examples",
         max_length=10,
         choices=FormatExamples.choices,
-        default=FormatExamples.TOKEN,
+        # Off: the default model calls tools on its own, and other tool sets' calls made it
+        # call less often (docs/benchmarks.md, the local models: BFCL).
+        default=FormatExamples.OFF,
         help_text="When fewer than k stored steps were made with the tools a request offers, "
         "the places left may go to stored tool calls of other tool sets, to show how a call "
-        "is written (it helps a model that answers in prose where it should call a tool: "
-        "docs/benchmarks.md, BFCL). Only the form of each call is sent: the tool's name and "
+        "is written (it helps a model that answers in prose where it should call a tool; a "
+        "model that calls tools on its own does better without: docs/benchmarks.md, BFCL). "
+        "Only the form of each call is sent: the tool's name and "
         "the names of its arguments, each value replaced by a placeholder of its type; "
         "never the request, the words beside the call, the argument values or the tools' "
         "results. Their tools are not offered, and a call naming a tool the request did not "

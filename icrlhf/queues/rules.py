@@ -4,9 +4,9 @@ they would do nothing.
 
 Some rules rest on facts the queue row does not hold: a fitted confidence (the generation
 app's calibration) and a pause of automation by its audits (the review app). Those apps sit
-above this one, so the views read them where they live (`ranking.calibration_latest`,
-`guard.pause_active`) and hand them to `evidence_of`, once per page; the form, the summary and
-the next step then all read the same `Evidence`."""
+above this one, so they are read where they live (`review.calibrations.routing_evidence`:
+the newest calibration, the pause, the decided items) and handed to `evidence_of`, once per
+page; the form, the summary and the next step then all read the same `Evidence`."""
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -84,25 +84,18 @@ class Evidence:
     paused: bool  # automation paused by its audits until a curator resumes it
 
 
-def decided_items(*, queue: Queue, from_memory: bool = False) -> int:
-    """Items with a standing decision on a ranked generation: what a confidence is fitted on
-    (review.calibrations). `from_memory`: only those whose decided generation offered an
-    answer from memory, what the memory-only confidence is fitted on."""
-    memory = {"decisions__generation__candidates__source": "memory"} if from_memory else {}
-    return (
-        queue.items.filter(
-            decisions__superseded_at__isnull=True,
-            decisions__generation__ranked_at__isnull=False,
-            **memory,
-        )
-        .distinct()
-        .count()
-    )
-
-
-def evidence_of(*, queue: Queue, calibration: Fitted | None, paused: bool, needed: int) -> Evidence:
+def evidence_of(
+    *,
+    calibration: Fitted | None,
+    paused: bool,
+    needed: int,
+    decided: int,
+    decided_from_memory: int,
+) -> Evidence:
     """The facts the rules rest on: `calibration` is the queue's newest one (None: no
-    confidence fitted yet), `needed` the fewest decided items a confidence is fitted on."""
+    confidence fitted yet), `needed` the fewest decided items a confidence is fitted on,
+    `decided` the items it is fitted on (`review.models.decided_items`) and
+    `decided_from_memory` those with an answer from memory among their candidates."""
     recommendations: Sequence[Mapping[str, Any]] = (
         (calibration.recommendations or []) if calibration is not None else []
     )
@@ -122,7 +115,7 @@ def evidence_of(*, queue: Queue, calibration: Fitted | None, paused: bool, neede
     ]
     return Evidence(
         confidence=Readiness(
-            decided=decided_items(queue=queue),
+            decided=decided,
             needed=needed,
             fitted=calibration is not None,
             what="decided items",
@@ -131,7 +124,7 @@ def evidence_of(*, queue: Queue, calibration: Fitted | None, paused: bool, neede
             "replaced some first candidates.",
         ),
         memory_confidence=Readiness(
-            decided=decided_items(queue=queue, from_memory=True),
+            decided=decided_from_memory,
             needed=needed,
             fitted=calibration is not None and bool(calibration.memory_fit),
             what="decided items with an answer from memory among their candidates",

@@ -88,7 +88,7 @@ def automation_undo(*, automation_id: int, actor: User) -> Automation:
     item_id = Automation.objects.values_list("item_id", flat=True).get(pk=automation_id)
     item = item_lock(item_id)
     automation = Automation.objects.select_for_update().get(pk=automation_id)
-    if automation.undone_at is not None:
+    if not automation.standing:
         raise DecisionConflict("This automatic application has already been undone.")
     if automation.audit_decision_id is not None:
         raise DecisionConflict(
@@ -114,9 +114,11 @@ def automation_undo(*, automation_id: int, actor: User) -> Automation:
 def audit_record(*, decision: Decision) -> None:
     """A reviewer decided an item that was applied automatically (an audit): the decision
     now stands for it, and tells whether the automation was right."""
-    audited = Automation.objects.filter(
-        item_id=decision.item_id, undone_at__isnull=True, audit_decision__isnull=True
-    ).update(audit_decision=decision)
+    audited = (
+        Automation.objects.standing()
+        .filter(item_id=decision.item_id, audit_decision__isnull=True)
+        .update(audit_decision=decision)
+    )
     if not audited:
         return
     try:

@@ -17,8 +17,9 @@ from icrlhf.generation.ranking import (
 from icrlhf.kinds import kind_of
 from icrlhf.kinds.labels import answer_key
 from icrlhf.queues.models import Queue
-from icrlhf.queues.rules import decided_items
-from icrlhf.review.models import Automation, Decision
+from icrlhf.queues.rules import Evidence, evidence_of
+from icrlhf.review import guard
+from icrlhf.review.models import Automation, Decision, decided_items
 
 logger = logging.getLogger(__name__)
 
@@ -327,3 +328,15 @@ def calibrations_refit() -> list[int]:
             refitted.append(queue.pk)
             logger.info("Calibration of queue %s refitted on %d items", queue.slug, decided)
     return refitted
+
+
+def routing_evidence(queue: Queue) -> Evidence:
+    """What the queue's routing rules rest on, read where each fact lives, for the queue page
+    and the routing page."""
+    return evidence_of(
+        calibration=calibration_latest(queue_id=queue.pk),
+        paused=guard.pause_active(queue) is not None,
+        needed=MIN_ITEMS,
+        decided=decided_items(queue=queue),
+        decided_from_memory=decided_items(queue=queue, from_memory=True),
+    )

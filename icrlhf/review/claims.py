@@ -140,7 +140,7 @@ def item_regenerate(*, item_id: int, reviewer: User) -> Generation:
     edit would otherwise be refused for candidates replaced under them."""
     item = item_lock(item_id)
     _refuse_if_held(item, reviewer, "regenerated")
-    if item.automations.filter(undone_at__isnull=True).exists():
+    if item.automations.standing().exists():
         raise ValidationError(
             "This item was applied automatically; undo that first, then regenerate."
         )
@@ -162,7 +162,7 @@ def item_try_again(
     the round sent back must be the one the page showed."""
     item = item_lock(item_id)
     _refuse_if_held(item, reviewer, "tried again")
-    if item.automations.filter(undone_at__isnull=True).exists():
+    if item.automations.standing().exists():
         raise ValidationError("This item was applied automatically; undo that first.")
     generation = generation_selectors.generation_latest(item=item)
     if generation is not None:

@@ -2,8 +2,8 @@
 kind, the decision webhook), settling an item once its reviewers have decided, and undo."""
 
 from collections.abc import Sequence
-from dataclasses import replace
-from datetime import timedelta
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from itertools import combinations
 from typing import Any
 
@@ -64,6 +64,55 @@ def decision_record(
     """
     item = item_lock(item_id)
     now = timezone.now()
+    generation = _generation_to_decide(
+        item=item, reviewer=reviewer, now=now, shown_candidate_ids=shown_candidate_ids
+    )
+    chosen = _candidate_for(verdict=verdict, candidate_id=candidate_id, generation=generation)
+    kind = kind_of(item.queue)
+    answer = _answer_of(
+        item=item,
+        verdict=verdict,
+        chosen=chosen,
+        final_text=final_text,
+        corrections=corrections,
+        tool_calls=tool_calls,
+    )
+    comment_check(comment)
+    reasons_check(list(reason_tags), queue=item.queue)
+    ratings_check(ratings or {}, generation=generation)
+    if answer.verdict == Decision.Verdict.CHOSEN and chosen is not None:
+        pick_agrees_check(ratings or {}, chosen_id=chosen.pk)
+    decision = _decision_create(
+        item=item,
+        generation=generation,
+        reviewer=reviewer,
+        chosen=chosen,
+        answer=answer,
+        reason_tags=reason_tags,
+        comment=comment,
+        ratings=ratings or {},
+        time_to_decide_ms=time_to_decide_ms,
+    )
+    _memory_teach(decision)
+    _memory_credit(decision)
+    if answer.final is not None:
+        decision.replaced = kind.on_decision(item_id=item.pk, final=answer.final)
+        decision.save(update_fields=["replaced"])  # part of creating it, same transaction
+    _webhook_on_commit(decision, kind.decided_event)
+    automation.audit_record(decision=decision)
+    Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
+    _item_settle(item)
+    # Decided (picked, edited or none acceptable): its candidates still coming are not wanted.
+    generation_services.generations_stop_if_decided(item_id=item.pk)
+    return decision
+
+
+def _generation_to_decide(
+    *, item: Item, reviewer: User, now: datetime, shown_candidate_ids: Sequence[int] | None
+) -> Generation:
+    """The item's latest generation, if this reviewer may decide it now: the page showed its
+    candidates, the item wants a decision, the reviewer has not decided it and holds it or a
+    free slot. Else DecisionConflict, saying which."""
     generation = generation_selectors.generation_latest(item=item)
     if generation is None:
         raise DecisionConflict("This item has no candidates to decide on yet.")
@@ -81,58 +130,91 @@ def decision_record(
         raise DecisionConflict(
             "Another reviewer is working on this item; your choice was not saved."
         )
+    return generation
 
-    chosen = _candidate_for(verdict=verdict, candidate_id=candidate_id, generation=generation)
-    kind = kind_of(item.queue)
+
+@dataclass(frozen=True)
+class _Answer:
+    """The reviewer's answer as it is stored: the verdict it amounts to (a pick whose text,
+    fields or calls were changed is an edit), its text, the kind's fields and the calls."""
+
+    verdict: str
+    text: str
+    fields: dict[str, str] | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    final: Final | None = None  # what the kind applies (a kind with fields; None: free text)
+
+
+def _answer_of(
+    *,
+    item: Item,
+    verdict: str,
+    chosen: Candidate | None,
+    final_text: str,
+    corrections: dict[str, str] | None,
+    tool_calls: list[dict[str, Any]] | None,
+) -> _Answer:
     final = None
     if verdict != Decision.Verdict.NONE_ACCEPTABLE:
-        final = kind.final(
+        final = kind_of(item.queue).final(
             picked_fields=chosen.fields if chosen is not None else None,
             corrections=corrections or {},
             queue=item.queue,
         )
-    final_fields = None
     if final is not None:
         # A kind with fields: the picked candidate's with the reviewer's corrections; any
         # change is an edit.
-        final_fields, final_text = final.fields, final.text
-        unchanged = chosen is not None and final_fields == chosen.fields
+        unchanged = chosen is not None and final.fields == chosen.fields
         verdict = Decision.Verdict.CHOSEN if unchanged else Decision.Verdict.EDITED
+        answer = _Answer(verdict=verdict, text=final.text, fields=final.fields, final=final)
     else:
         # A pick that comes with its editor's text is an edit when the text differs.
         if verdict == Decision.Verdict.CHOSEN and final_text.strip():
             verdict = Decision.Verdict.EDITED
         verdict, final_text = _final_text(verdict=verdict, chosen=chosen, final_text=final_text)
-    final_tool_calls: list[dict[str, Any]] = []
-    edited_calls = (
-        verdict == Decision.Verdict.CHOSEN
+        answer = _Answer(verdict=verdict, text=final_text)
+    if (
+        answer.verdict == Decision.Verdict.CHOSEN
         and chosen is not None
         and tool_calls is not None
         and _calls_differ(chosen.tool_calls, tool_calls)
-    )
-    if edited_calls and tool_calls is not None:
-        verdict, final_tool_calls = Decision.Verdict.EDITED, tool_calls
-        final_text = action_text("", tool_calls)
-    comment_check(comment)
-    reasons_check(list(reason_tags), queue=item.queue)
-    ratings_check(ratings or {}, generation=generation)
-    if verdict == Decision.Verdict.CHOSEN and chosen is not None:
-        pick_agrees_check(ratings or {}, chosen_id=chosen.pk)
+    ):
+        # The reviewer changed the picked candidate's calls: an edit, kept as calls.
+        return replace(
+            answer,
+            verdict=Decision.Verdict.EDITED,
+            text=action_text("", tool_calls),
+            tool_calls=tool_calls,
+        )
+    return answer
 
+
+def _decision_create(
+    *,
+    item: Item,
+    generation: Generation,
+    reviewer: User,
+    chosen: Candidate | None,
+    answer: _Answer,
+    reason_tags: Sequence[str],
+    comment: str,
+    ratings: dict[int, int],
+    time_to_decide_ms: int | None,
+) -> Decision:
     try:
         with transaction.atomic():
-            decision = Decision.objects.create(
+            return Decision.objects.create(
                 item=item,
                 generation=generation,
                 reviewer=reviewer,
-                verdict=verdict,
+                verdict=answer.verdict,
                 chosen_candidate=chosen,
-                final_text=final_text,
-                final_fields=final_fields,
-                final_tool_calls=final_tool_calls,
+                final_text=answer.text,
+                final_fields=answer.fields,
+                final_tool_calls=answer.tool_calls,
                 reason_tags=list(dict.fromkeys(reason_tags)),
                 comment=comment.strip(),
-                ratings={str(candidate): rating for candidate, rating in (ratings or {}).items()},
+                ratings={str(candidate): rating for candidate, rating in ratings.items()},
                 guideline_version=item.queue.guidelines_version,
                 time_to_decide_ms=time_to_decide_ms,
                 candidates_done=generation.candidates.filter(status=Candidate.Status.DONE).count(),
@@ -141,18 +223,6 @@ def decision_record(
         raise DecisionConflict(
             "You have already decided this item; your choice was not saved."
         ) from error
-    _memory_teach(decision)
-    _memory_credit(decision)
-    if final is not None:
-        decision.replaced = kind.on_decision(item_id=item.pk, final=final)
-        decision.save(update_fields=["replaced"])  # part of creating it, same transaction
-    _webhook_on_commit(decision, kind.decided_event)
-    automation.audit_record(decision=decision)
-    Claim.objects.filter(item=item, reviewer=reviewer).update(expires_at=now)
-    _item_settle(item)
-    # Decided (picked, edited or none acceptable): its candidates still coming are not wanted.
-    generation_services.generations_stop_if_decided(item_id=item.pk)
-    return decision
 
 
 def _item_settle(item: Item) -> None:

@@ -94,14 +94,17 @@ def watch_of(target: float, outcomes: Sequence[bool]) -> Watch:
 def audits_since_start(queue: Queue, threshold: float) -> list[bool]:
     """The outcomes of the audits of automations at this threshold (the queue's current one),
     since automation started at it or was last resumed, in the order they were decided."""
-    automations = Automation.objects.filter(
-        standing_filter("audit_decision"),
-        item__queue=queue,
-        audit=True,
-        undone_at__isnull=True,
-        audit_decision__isnull=False,
-        threshold=threshold,
-    ).select_related("audit_decision")
+    automations = (
+        Automation.objects.standing()
+        .filter(
+            standing_filter("audit_decision"),
+            item__queue=queue,
+            audit=True,
+            audit_decision__isnull=False,
+            threshold=threshold,
+        )
+        .select_related("audit_decision")
+    )
     # Watched afresh from the latest resume (while paused, the pause) or change of threshold:
     # only items applied since, audited since.
     starts = [

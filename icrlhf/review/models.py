@@ -12,6 +12,22 @@ def standing_filter(via: str = "") -> Q:
     return Q(**{f"{via}__superseded_at__isnull" if via else "superseded_at__isnull": True})
 
 
+def decided_items(*, queue: Queue, from_memory: bool = False) -> int:
+    """Items with a standing decision on a ranked generation: what a confidence is fitted on
+    (review.calibrations). `from_memory`: only those whose decided generation offered an
+    answer from memory, what the memory-only confidence is fitted on."""
+    memory = {"decisions__generation__candidates__source": "memory"} if from_memory else {}
+    return (
+        queue.items.filter(
+            standing_filter("decisions"),
+            decisions__generation__ranked_at__isnull=False,
+            **memory,
+        )
+        .distinct()
+        .count()
+    )
+
+
 class DecisionQuerySet(models.QuerySet["Decision"]):
     def standing(self) -> "DecisionQuerySet":
         """Decisions that count (`standing_filter`)."""
@@ -125,6 +141,16 @@ class Claim(models.Model):
         return f"Claim of item {self.item_id} by {self.reviewer_id} until {self.expires_at}"
 
 
+# Automations that count: not undone (an undone one stays on record). The one definition, for
+# queries (`Automation.objects.standing()`), the constraint and a row already read (`.standing`).
+AUTOMATION_STANDING = Q(undone_at__isnull=True)
+
+
+class AutomationQuerySet(models.QuerySet["Automation"]):
+    def standing(self) -> "AutomationQuerySet":
+        return self.filter(AUTOMATION_STANDING)
+
+
 class Automation(models.Model):
     """An item whose first candidate was applied without review, its calibrated confidence
     being above the queue's threshold. Kept apart from reviewers' decisions: it is not a
@@ -151,19 +177,26 @@ class Automation(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
 
+    objects = AutomationQuerySet.as_manager()
+
     class Meta:
         ordering = ["-created_at"]
         constraints = [
             # One standing automation per item; undone ones stay on record.
             models.UniqueConstraint(
                 fields=["item"],
-                condition=models.Q(undone_at__isnull=True),
+                condition=AUTOMATION_STANDING,
                 name="automation_one_standing_per_item",
             ),
         ]
 
     def __str__(self) -> str:
         return f"Automation of item {self.item_id} at {self.confidence:.0%}"
+
+    @property
+    def standing(self) -> bool:
+        """Not undone (`AutomationQuerySet.standing`, for one row already read)."""
+        return self.undone_at is None
 
 
 class AutomationPause(models.Model):

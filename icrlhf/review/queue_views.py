@@ -5,7 +5,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from icrlhf.accounts.ratelimit import attempt_allowed, seconds_left_in_window
-from icrlhf.generation.ranking import calibration_latest
 from icrlhf.generation.services import item_create
 from icrlhf.kinds import kind_of
 from icrlhf.queues.access import (
@@ -17,10 +16,9 @@ from icrlhf.queues.access import (
 )
 from icrlhf.queues.forms import ItemCreateForm
 from icrlhf.queues.models import Item, Queue
-from icrlhf.queues.rules import evidence_of, rules_summary
+from icrlhf.queues.rules import rules_summary
 from icrlhf.queues.selectors import queue_items_recent, queues_with_counts
-from icrlhf.review import guard
-from icrlhf.review.calibrations import MIN_ITEMS
+from icrlhf.review.calibrations import routing_evidence
 from icrlhf.triage.forms import TicketCreateForm, TicketFilterForm
 from icrlhf.triage.selectors import tickets_channels, tickets_for_queue
 from icrlhf.triage.services import ticket_create
@@ -81,12 +79,7 @@ def _queue_page(
         # The summary of its routing rules, as they act (gateway/routing_summary.html).
         "rules": rules_summary(
             queue=queue,
-            evidence=evidence_of(
-                queue=queue,
-                calibration=calibration_latest(queue_id=queue.pk),
-                paused=guard.pause_active(queue) is not None,
-                needed=MIN_ITEMS,
-            ),
+            evidence=routing_evidence(queue),
         ),
     }
     if kind_of(queue).takes_tickets:

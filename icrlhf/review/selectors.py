@@ -293,7 +293,7 @@ class ItemPage:
     generation: Generation | None
     cards: list[CandidateCard]
     # The categories the candidates propose, first in the kind's category list; then every
-    # other one, sorted.
+    # other one, sorted (`QueueKind.category_choices`).
     likely_categories: list[str]
     other_categories: list[str]
     step_state: StepState | None
@@ -337,45 +337,100 @@ class ItemPage:
         return {field.name: getattr(self, field.name) for field in fields(self)}
 
 
+@dataclass(frozen=True)
+class ItemStanding:
+    """Where an item stands for one user, as plain facts: what the workbench's permissions
+    are decided from (`item_permissions`)."""
+
+    reviewer: bool  # the user may review the item's queue
+    open_to_pick: bool  # the item is ready and wants more decisions (`reviewable`)
+    free_slot: bool  # a reviewer's slot on it is free for this user
+    decided_by_me: bool
+    claimed_by_me: bool
+    claimed_by_others: bool
+    skipped_by_me: bool  # the user's claim says they skipped the item
+    decided: bool  # by anyone
+    has_generation: bool
+    ready_or_failed: bool  # the item's status allows regenerating
+    automation: Automation | None  # the latest, undone or not
+
+
+@dataclass(frozen=True)
+class ItemPermissions:
+    """What the user may do on the item page, and what it hides (`ItemPage`'s comments say
+    why each rule is so)."""
+
+    claim_on_load: bool
+    can_decide: bool
+    can_regenerate: bool
+    can_undo_automation: bool
+    blind: bool
+    skipped_before: bool
+
+
+def item_permissions(standing: ItemStanding) -> ItemPermissions:
+    """The page's permissions from where the item stands: a pure function, tested by table."""
+    claim_on_load = (
+        standing.reviewer
+        and standing.open_to_pick
+        and not standing.decided_by_me
+        and not standing.claimed_by_me
+        and standing.free_slot
+    )
+    # The automation that stands (an undone one neither hides the item nor can be undone).
+    applied = standing.automation if standing.automation and standing.automation.standing else None
+    return ItemPermissions(
+        claim_on_load=claim_on_load,
+        can_decide=standing.reviewer
+        and not standing.decided_by_me
+        and standing.open_to_pick
+        and (standing.claimed_by_me or claim_on_load)
+        and standing.has_generation,
+        can_regenerate=standing.reviewer
+        and standing.ready_or_failed
+        and not standing.decided
+        and (standing.claimed_by_me or not standing.claimed_by_others),
+        can_undo_automation=standing.reviewer and applied is not None and not applied.audit,
+        blind=applied is not None and applied.audit and applied.audit_decision_id is None,
+        skipped_before=standing.skipped_by_me and not standing.decided_by_me,
+    )
+
+
 def item_page(*, item: Item, user: User, poll: bool) -> ItemPage:
-    """The workbench for one item as `user` sees it; `poll`: for a refresh of its live part."""
-    reviewer = can_review(user, item.queue)
-    generation = generation_selectors.generation_latest(item=item)
-    # The worker finishes a generation and readies its item in one transaction, but `item`
-    # was read before `generation`: read its status again, so a poll never sees a finished
-    # generation with an item still generating (and stops polling with nothing to pick).
-    # PostgreSQL's READ COMMITTED showed this in the tests; SQLite rarely does.
-    item.refresh_from_db(fields=["status"])
+    """The workbench for one item as `user` sees it; `poll`: for a refresh of its live part.
+    In the order the page is made: the item's latest state, where it stands for the user,
+    the candidates as cards, the permissions, then the page."""
+    generation = _item_latest(item)
     decisions = list(decisions_standing(item=item))
     mine = next((d for d in decisions if d.reviewer_id == user.pk), None)
     claims = list(claims_active(item=item))
     my_claim = next((c for c in claims if c.reviewer_id == user.pk), None)
-    open_to_pick = Item.objects.filter(pk=item.pk).filter(reviewable()).exists()
-    claim_on_load = (
-        reviewer
-        and open_to_pick
-        and mine is None
-        and my_claim is None
-        and free_slots(item=item, reviewer=user, now=timezone.now()) > 0
-    )
+    reviewer = can_review(user, item.queue)
     automation = automation_latest(item=item)
+    allowed = item_permissions(
+        _item_standing(
+            item=item,
+            user=user,
+            reviewer=reviewer,
+            generation=generation,
+            decisions=decisions,
+            mine=mine,
+            claims=claims,
+            my_claim=my_claim,
+            automation=automation,
+        )
+    )
     kind = kind_of(item.queue)
+    now = timezone.now()
     candidates = (
         list(generation_selectors.generation_candidates(generation=generation))
         if generation
         else []
     )
-    now = timezone.now()
-    cards = [
-        CandidateCard(
-            candidate=candidate,
-            problem=live.candidate_problem(candidate=candidate, show_detail=user.is_staff),
-            waiting=live.candidate_waiting(candidate=candidate, now=now),
-            prefill=kind.prefill(text=candidate.text, fields=candidate.fields, queue=item.queue),
-        )
-        for candidate in candidates
-    ]
-    likely = list(dict.fromkeys(c.prefill["category"] for c in cards if c.prefill.get("category")))
+    cards = _candidate_cards(item=item, user=user, kind=kind, candidates=candidates, now=now)
+    likely, others = kind.category_choices(
+        proposed=[card.prefill for card in cards], queue=item.queue
+    )
     return ItemPage(
         item=item,
         queue=item.queue,
@@ -383,7 +438,7 @@ def item_page(*, item: Item, user: User, poll: bool) -> ItemPage:
         generation=generation,
         cards=cards,
         likely_categories=likely,
-        other_categories=sorted(set(item.queue.categories) - set(likely), key=str.lower),
+        other_categories=others,
         step_state=step_state(item=item),
         rounds_earlier=rounds_earlier(item=item),
         polling=generation is not None
@@ -399,7 +454,7 @@ def item_page(*, item: Item, user: User, poll: bool) -> ItemPage:
         ranked_by_history=generation is not None
         and generation.ranked_at is not None
         and bool(generation.calibration_id or generation.stored_examples),
-        skipped_before=my_claim is not None and my_claim.skipped and mine is None,
+        skipped_before=allowed.skipped_before,
         progress=(
             generation_selectors.generation_progress(generation=generation) if generation else None
         ),
@@ -410,30 +465,15 @@ def item_page(*, item: Item, user: User, poll: bool) -> ItemPage:
         ),
         decisions=decisions,
         automation=automation,
-        blind=bool(
-            automation
-            and automation.audit
-            and automation.undone_at is None
-            and automation.audit_decision_id is None
-        ),
+        blind=allowed.blind,
         audit_agreed=guard.audit_agreed(automation) if automation else None,
-        can_undo_automation=reviewer
-        and automation is not None
-        and not automation.audit
-        and automation.undone_at is None,
+        can_undo_automation=allowed.can_undo_automation,
         my_decision=mine,
         my_claim=my_claim,
-        claim_on_load=claim_on_load,
+        claim_on_load=allowed.claim_on_load,
         other_claims=[c for c in claims if c.reviewer_id != user.pk],
-        can_decide=reviewer
-        and mine is None
-        and open_to_pick
-        and (my_claim is not None or claim_on_load)
-        and generation is not None,
-        can_regenerate=reviewer
-        and item.status in {Item.Status.READY, Item.Status.FAILED}
-        and not decisions
-        and (my_claim is not None or len(claims) == 0),
+        can_decide=allowed.can_decide,
+        can_regenerate=allowed.can_regenerate,
         shown_at_ms=int(time.time() * 1000),
         comment_max_chars=judgements.MAX_COMMENT_CHARS,
         undo_window_s=settings.REVIEW_UNDO_WINDOW_S,
@@ -442,3 +482,61 @@ def item_page(*, item: Item, user: User, poll: bool) -> ItemPage:
             review_progress(queue=item.queue, reviewer=user) if reviewer and not poll else None
         ),
     )
+
+
+def _item_latest(item: Item) -> Generation | None:
+    """The item's latest generation, and its status read again after it: the worker finishes
+    a generation and readies its item in one transaction, but `item` was read before, so a
+    poll could see a finished generation with an item still generating (and stop polling
+    with nothing to pick). PostgreSQL's READ COMMITTED showed this in the tests."""
+    generation = generation_selectors.generation_latest(item=item)
+    item.refresh_from_db(fields=["status"])
+    return generation
+
+
+def _item_standing(
+    *,
+    item: Item,
+    user: User,
+    reviewer: bool,
+    generation: Generation | None,
+    decisions: list[Decision],
+    mine: Decision | None,
+    claims: list[Claim],
+    my_claim: Claim | None,
+    automation: Automation | None,
+) -> ItemStanding:
+    open_to_pick = Item.objects.filter(pk=item.pk).filter(reviewable()).exists()
+    return ItemStanding(
+        reviewer=reviewer,
+        open_to_pick=open_to_pick,
+        # Counted only where it can matter (a slot is a query): for a reviewer who has
+        # neither decided the item nor claimed it.
+        free_slot=reviewer
+        and open_to_pick
+        and mine is None
+        and my_claim is None
+        and free_slots(item=item, reviewer=user, now=timezone.now()) > 0,
+        decided_by_me=mine is not None,
+        claimed_by_me=my_claim is not None,
+        claimed_by_others=any(c.reviewer_id != user.pk for c in claims),
+        skipped_by_me=my_claim is not None and my_claim.skipped,
+        decided=bool(decisions),
+        has_generation=generation is not None,
+        ready_or_failed=item.status in {Item.Status.READY, Item.Status.FAILED},
+        automation=automation,
+    )
+
+
+def _candidate_cards(
+    *, item: Item, user: User, kind: QueueKind, candidates: list[Candidate], now: datetime
+) -> list[CandidateCard]:
+    return [
+        CandidateCard(
+            candidate=candidate,
+            problem=live.candidate_problem(candidate=candidate, show_detail=user.is_staff),
+            waiting=live.candidate_waiting(candidate=candidate, now=now),
+            prefill=kind.prefill(text=candidate.text, fields=candidate.fields, queue=item.queue),
+        )
+        for candidate in candidates
+    ]

@@ -41,7 +41,7 @@ def automation_webhook_send(*, automation_id: int, event: str) -> None:
     """The same message for an automatic application (`automated: true`, its confidence)."""
     applied = Automation.objects.select_related("item__queue", "candidate").get(pk=automation_id)
     if event == kind_of(applied.item.queue).decided_event and (
-        applied.undone_at or applied.audit_decision_id
+        not applied.standing or applied.audit_decision_id
     ):
         return  # undone (its undo follows), or an audit decided since (its decision was sent)
     _webhook_post(

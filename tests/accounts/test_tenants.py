@@ -21,8 +21,13 @@ from icrlhf.memory.selectors import examples_recall
 from icrlhf.queues.access import can_curate, can_review, role_in
 from icrlhf.queues.models import Membership, Queue
 from icrlhf.review.models import Claim
-from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
-from tests.memory.test_index import remember
+from tests.factories import (
+    ItemFactory,
+    QueueFactory,
+    UserFactory,
+    decided_and_indexed,
+    ready_generation,
+)
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 pytestmark = pytest.mark.django_db
@@ -36,11 +41,13 @@ def test_a_renamed_queue_keeps_its_memory_and_its_old_slug_reaches_none_of_it(
     """Queue V is renamed and its old slug given to queue M: V's examples stay V's, and M
     retrieves none of them (collections are named by id; rows are loaded per queue)."""
     victim = QueueFactory(slug="support", members=[user])
-    remember(victim, user, "My card has not arrived yet.", "Customer 4411: it ships Monday.")
+    decided_and_indexed(
+        victim, user, "My card has not arrived yet.", "Customer 4411: it ships Monday."
+    )
     victim.slug = "support-old"
     victim.save()
     mallory = QueueFactory(slug="support", members=[user], min_similarity=-1.0)
-    remember(mallory, user, "Unrelated question?", "Mallory's own answer.")
+    decided_and_indexed(mallory, user, "Unrelated question?", "Mallory's own answer.")
 
     def answers(queue: Any) -> list[str]:
         recall = examples_recall(
@@ -59,7 +66,7 @@ def test_a_point_of_another_queue_in_a_collection_is_never_used(
     """Defence in depth: even a collection holding another queue's point (a store shared
     wrongly) yields only this queue's rows."""
     mine, other = QueueFactory(members=[user]), QueueFactory(members=[user])
-    [foreign, *_] = remember(other, user, "Where is my card?", "Other queue's answer.")
+    [foreign, *_] = decided_and_indexed(other, user, "Where is my card?", "Other queue's answer.")
     stray_vector = vectors.vectors_of(collection=index.collection_of(other.pk), ids=[foreign.pk])
     vectors.upsert(  # the other queue's point, in this queue's collection, claiming to be its
         collection=index.collection_of(mine.pk),
@@ -71,7 +78,7 @@ def test_a_point_of_another_queue_in_a_collection_is_never_used(
             )
         ],
     )
-    remember(mine, user, "Something else entirely.", "Mine.")
+    decided_and_indexed(mine, user, "Something else entirely.", "Mine.")
     recall = examples_recall(
         queue=mine, query_text="Where is my card?", k=5, token_budget=10_000, pool=5
     )

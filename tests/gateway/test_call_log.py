@@ -22,8 +22,9 @@ from icrlhf.integrations import journal
 from icrlhf.trajectories.feedback import FeedbackTargetMissing, feedback_record
 from icrlhf.trajectories.models import Trajectory
 from icrlhf.trajectories.services import end_user_key
-from tests.conftest import LLMAnswer, wait_for
 from tests.factories import QueueFactory
+from tests.support.llm_answer import LLMAnswer
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections

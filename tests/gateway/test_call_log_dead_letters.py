@@ -15,8 +15,8 @@ from icrlhf.gateway import call_log
 from icrlhf.gateway.models import Call
 from icrlhf.gateway.services import CallLogged
 from icrlhf.integrations import journal
-from tests.conftest import cache_in_redis
 from tests.factories import QueueFactory
+from tests.support.caches import cache_in_redis
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the writer closes its connection, as in its thread

@@ -25,13 +25,14 @@ from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.services import ROUTING_FIELDS, queue_save, routing_update
 from icrlhf.trajectories.feedback import feedback_record
 from icrlhf.trajectories.selectors import LowRewardCaptures, low_reward_captures_of
-from tests.conftest import LLMAnswer, wait_for
 from tests.factories import (
     QueueFactory,
     UserFactory,
     member_add,
     stored_example,
 )
+from tests.support.llm_answer import LLMAnswer
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections

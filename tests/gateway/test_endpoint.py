@@ -20,9 +20,10 @@ from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.models import Decision
-from tests.conftest import GATEWAY_LLM_TIMEOUT_S, GatewayProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 from tests.support.fixed_latency_llm import FaultyLLM, FixedLatencyLLM
+from tests.support.processes import GATEWAY_LLM_TIMEOUT_S, GatewayProcess
+from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -18,10 +18,11 @@ from icrlhf.ingest.services import token_create
 from icrlhf.integrations import llm
 from icrlhf.memory.signatures import foreign_calls
 from icrlhf.queues.models import Queue
-from tests.conftest import GatewayProcess, wait_for
 from tests.factories import QueueFactory
 from tests.gateway.test_endpoint import client_for
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.processes import GatewayProcess
+from tests.support.waiting import wait_for
 
 URL = "/v1/chat/completions"
 WEATHER = {

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from icrlhf.integrations import llm
-from tests.conftest import wait_for
 from tests.factories import QueueFactory
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections

@@ -16,9 +16,9 @@ from icrlhf.gateway.models import Call
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.ingest.services import token_create
 from icrlhf.queues.models import Queue
-from tests.conftest import wait_for
 from tests.factories import QueueFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from icrlhf.gateway.models import Call
-from tests.conftest import LLMAnswer, wait_for
 from tests.gateway.test_foreign_tools import _ask, _client, _streamed, in_process
+from tests.support.llm_answer import LLMAnswer
+from tests.support.waiting import wait_for
 
 FENCED = '```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```'
 

@@ -14,10 +14,11 @@ from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item, Queue
-from tests.conftest import GatewayProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 from tests.gateway.test_endpoint import CARD, client_for, decided_in_workbench
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.processes import GatewayProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

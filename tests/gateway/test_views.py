@@ -16,9 +16,10 @@ from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.ingest.models import IntegrationToken
 from icrlhf.ingest.services import token_create
 from icrlhf.integrations.vectors import VectorStoreUnavailable
-from tests.conftest import LLMAnswer, wait_for
 from tests.factories import QueueFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.llm_answer import LLMAnswer
+from tests.support.waiting import wait_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections

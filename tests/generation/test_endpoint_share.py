@@ -12,8 +12,8 @@ from icrlhf.generation import endpoint_share, pipeline, recovery, tasks
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
 from icrlhf.integrations import llm
-from tests.conftest import LLMAnswer
 from tests.factories import QueueFactory
+from tests.support.llm_answer import LLMAnswer
 
 pytestmark = pytest.mark.django_db
 

@@ -20,9 +20,9 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
 from icrlhf.integrations import llm
 from icrlhf.queues.models import Item
-from tests.conftest import LLMAnswer
 from tests.factories import QueueFactory, stored_example
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.llm_answer import LLMAnswer
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from icrlhf.generation import pipeline, recovery
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
 from icrlhf.queues.models import Item
-from tests.conftest import LLMAnswer
+from tests.support.llm_answer import LLMAnswer
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,9 @@ from django.utils import timezone
 
 from icrlhf.gateway.models import Call
 from icrlhf.insights.selectors import queue_dashboard
-from tests.conftest import cache_in_redis
 from tests.factories import QueueFactory, UserFactory
 from tests.gateway.test_call_log_dead_letters import answered, set_aside
+from tests.support.caches import cache_in_redis
 
 pytestmark = pytest.mark.django_db
 

@@ -29,9 +29,10 @@ from icrlhf.memory.selectors import examples_recall_anywhere
 from icrlhf.memory.signatures import Signature
 from icrlhf.trajectories.models import Trajectory
 from icrlhf.trajectories.services import RunOwner, run_hashes, step_record
-from tests.conftest import GatewayProcess, WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 from tests.integration.test_real_llm import local_llm  # noqa: F401  (the module's LLM server)
+from tests.support.processes import GatewayProcess, WorkerProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm, pytest.mark.django_db(transaction=True)]
 

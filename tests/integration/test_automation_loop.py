@@ -14,9 +14,10 @@ from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.models import Automation
 from icrlhf.triage.services import ticket_create
-from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 from tests.integration.test_triage_learning import CARD_TICKETS, CATEGORIES, confirm, ready
+from tests.support.processes import WorkerProcess
+from tests.support.waiting import wait_for
 from tests.support.webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

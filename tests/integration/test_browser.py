@@ -17,7 +17,6 @@ from icrlhf.review import decisions as review_decisions
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Claim, Decision
 from icrlhf.triage.services import ticket_create
-from tests.conftest import WorkerProcess, wait_for
 from tests.factories import (
     CandidateFactory,
     GenerationFactory,
@@ -27,6 +26,8 @@ from tests.factories import (
     ready_generation,
 )
 from tests.support.browser import log_in, new_page
+from tests.support.processes import WorkerProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -18,9 +18,11 @@ from icrlhf.gateway import call_log
 from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from icrlhf.trajectories.models import Step
-from tests.conftest import GatewayProcess, cache_in_redis, wait_for
 from tests.factories import QueueFactory
+from tests.support.caches import cache_in_redis
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.processes import GatewayProcess
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,7 +5,6 @@ the one the server reports (`/props`); retrieval, the embedder, the store and li
 real ones. The review worker's side of the fit: tests/generation/test_context_fit.py."""
 
 import json
-import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -19,11 +18,9 @@ from icrlhf.integrations import llm
 from icrlhf.memory import index
 from icrlhf.memory.selectors import examples_recall_anywhere
 from icrlhf.memory.signatures import PLAIN
-from icrlhf.ops.catalogue import local_model
-from icrlhf.ops.stack import free_port, http_ok, local_llm_command
 from icrlhf.queues.models import Queue
-from tests.conftest import wait_for
 from tests.factories import QueueFactory, stored_example
+from tests.support.local_llm import local_llm_server
 
 pytestmark = [
     pytest.mark.integration,
@@ -41,24 +38,14 @@ QUESTION = "My new card has still not arrived, what should I do?"
 
 @pytest.fixture(scope="module")
 def small_local_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The local server as `make run` starts it, with one slot and a small context (the last
-    --ctx-size given is the one llama.cpp takes)."""
-    model = settings.LOCAL_LLM_MODEL_PATH
-    assert model.is_file(), "make test builds the model (manage.py build_models --llm)"
-    port = free_port()
-    command = local_llm_command(model, model=local_model(settings.LOCAL_LLM), port=port, slots=1)
-    log = (tmp_path_factory.mktemp("llm") / "llm.log").open("wb")
-    server = subprocess.Popen(
-        [*command, "--ctx-size", str(WINDOW)], stdout=log, stderr=subprocess.STDOUT
-    )
-    api_base = f"http://127.0.0.1:{port}/v1"
-    try:
-        wait_for(lambda: http_ok(f"{api_base}/models"), timeout_s=60, what="llama.cpp server")
+    """The local server as `make run` starts it, with one slot and a small context."""
+    with local_llm_server(
+        settings.LOCAL_LLM,
+        log_dir=tmp_path_factory.mktemp("llm"),
+        slots=1,
+        extra=["--ctx-size", str(WINDOW)],
+    ) as api_base:
         yield api_base
-    finally:
-        server.terminate()
-        server.wait(timeout=15)
-        log.close()
 
 
 def memory_filled(api_base: str) -> Queue:

@@ -4,18 +4,15 @@ JSON, which llama.cpp's parser leaves as words), plainly and streamed, through l
 code path. The rest of the LLM tier runs the smallest model, for speed (tests/settings.py)."""
 
 import json
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync
-from django.conf import settings
 
 from icrlhf.integrations import llm
 from icrlhf.ops.catalogue import DEFAULT_LOCAL_MODEL, local_model
-from icrlhf.ops.stack import free_port, http_ok, local_llm_command
-from tests.conftest import wait_for
+from tests.support.local_llm import local_llm_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
@@ -36,23 +33,10 @@ WEATHER = {
 
 @pytest.fixture(scope="module")
 def default_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    path = settings.VAR_DIR / "models" / MODEL.file_name
-    assert path.is_file(), "make test builds the default model (manage.py build_models --llm)"
-    port = free_port()
-    log = (tmp_path_factory.mktemp("default-llm") / "llm.log").open("wb")
-    server = subprocess.Popen(
-        local_llm_command(path, model=MODEL, port=port, slots=2),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    api_base = f"http://127.0.0.1:{port}/v1"
-    try:
-        wait_for(lambda: http_ok(f"{api_base}/models"), timeout_s=120, what="llama.cpp server")
+    with local_llm_server(
+        DEFAULT_LOCAL_MODEL, log_dir=tmp_path_factory.mktemp("default-llm"), slots=2
+    ) as api_base:
         yield api_base
-    finally:
-        server.terminate()
-        server.wait(timeout=15)
-        log.close()
 
 
 def _asked(api_base: str) -> dict[str, Any]:

@@ -11,9 +11,10 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
 from icrlhf.generation.tasks import broker_backlog
 from icrlhf.queues.models import Item
-from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.processes import WorkerProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

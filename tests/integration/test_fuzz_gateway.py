@@ -39,9 +39,11 @@ from icrlhf.memory.models import Example
 from icrlhf.queues.models import Queue
 from icrlhf.review.models import Item
 from icrlhf.trajectories.models import Feedback, Step, Trajectory
-from tests.conftest import GatewayProcess, cache_in_redis, wait_for
 from tests.factories import QueueFactory, UserFactory
+from tests.support.caches import cache_in_redis
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.processes import GatewayProcess
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,8 +8,9 @@ from django.core.management import call_command
 
 from icrlhf.memory.models import Example
 from icrlhf.review.decisions import decision_record
-from tests.conftest import WorkerProcess, wait_for
 from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
+from tests.support.processes import WorkerProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

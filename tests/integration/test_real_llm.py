@@ -3,7 +3,6 @@
 Its answers are fluent but weak, so this checks structure and behaviour, never wording."""
 
 import json
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,36 +16,22 @@ from icrlhf.generation.prompts import examples_sent
 from icrlhf.generation.services import item_create
 from icrlhf.memory.models import Example
 from icrlhf.ops.catalogue import local_model
-from icrlhf.ops.stack import free_port, http_ok, local_llm_command
 from icrlhf.queues.models import Item
 from icrlhf.review.decisions import decision_record
-from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
+from tests.support.local_llm import local_llm_server
+from tests.support.processes import WorkerProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(scope="module")
 def local_llm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    model = settings.LOCAL_LLM_MODEL_PATH
-    assert model.is_file(), "make test builds the model (manage.py build_models --llm)"
-    port = free_port()
-    log = (tmp_path_factory.mktemp("llm") / "llm.log").open("wb")
-    server = subprocess.Popen(
-        local_llm_command(
-            model, model=local_model(settings.LOCAL_LLM), port=port, slots=settings.LOCAL_LLM_SLOTS
-        ),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    api_base = f"http://127.0.0.1:{port}/v1"
-    try:
-        wait_for(lambda: http_ok(f"{api_base}/models"), timeout_s=60, what="llama.cpp server")
+    with local_llm_server(
+        settings.LOCAL_LLM, log_dir=tmp_path_factory.mktemp("llm"), slots=settings.LOCAL_LLM_SLOTS
+    ) as api_base:
         yield api_base
-    finally:
-        server.terminate()
-        server.wait(timeout=15)
-        log.close()
 
 
 def test_the_loop_runs_on_the_real_local_model(

@@ -18,9 +18,10 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import Served, item_create
 from icrlhf.ingest.services import token_create
 from icrlhf.queues.models import Item
-from tests.conftest import GATEWAY_LLM_TIMEOUT_S, GatewayProcess, wait_for
 from tests.factories import QueueFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.processes import GATEWAY_LLM_TIMEOUT_S, GatewayProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -11,8 +11,8 @@ import pytest
 
 from icrlhf.ingest.services import token_create
 from icrlhf.trajectories.models import Trajectory
-from tests.conftest import GatewayProcess
 from tests.factories import QueueFactory
+from tests.support.processes import GatewayProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

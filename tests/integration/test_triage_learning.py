@@ -11,8 +11,9 @@ from icrlhf.memory.models import Example
 from icrlhf.queues.models import Item
 from icrlhf.review.decisions import decision_record
 from icrlhf.triage.services import ticket_create
-from tests.conftest import WorkerProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
+from tests.support.processes import WorkerProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ from django.core.cache import cache
 from icrlhf.accounts.ratelimit import attempt_allowed
 from icrlhf.gateway import limits
 from icrlhf.integrations import counters
-from tests.conftest import cache_in_redis
+from tests.support.caches import cache_in_redis
 
 
 @pytest.fixture(params=["redis", "memory"])

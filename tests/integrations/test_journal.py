@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from icrlhf.integrations import journal
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 NAME = "test"
 

@@ -56,7 +56,7 @@ class PropsServerDouble:
 @pytest.fixture(autouse=True)
 def _nothing_reported_yet(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts as a fresh process does: no server asked yet."""
-    monkeypatch.setattr(llm, "_reported_windows", {})
+    monkeypatch.setattr(llm.windows, "_reported_windows", {})
 
 
 @pytest.fixture
@@ -116,11 +116,11 @@ def test_without_a_report_litellm_knows_its_models_and_nothing_else(
     silent = PropsServerDouble(n_ctx=2048, status=404)  # any other OpenAI-compatible server
     try:
         settings.LLM_CONTEXT_WINDOW = 0
-        known = llm._litellm().get_model_info("openai/gpt-4o-mini")["max_input_tokens"]
+        known = llm.client.litellm_module().get_model_info("openai/gpt-4o-mini")["max_input_tokens"]
         assert llm.context_window("openai/gpt-4o-mini", silent.api_base) == known > 100_000
         assert llm.context_window("openai/smollm2", silent.api_base) is None
         assert silent.asked == 1  # not again at each call…
-        monkeypatch.setattr(llm, "_WINDOW_ASK_AGAIN_S", 0.0)
+        monkeypatch.setattr(llm.windows, "_WINDOW_ASK_AGAIN_S", 0.0)
         silent.status = 200  # …but a while later: it may have been starting
         assert llm.context_window("openai/smollm2", silent.api_base) == 2048
         assert silent.asked == 2

@@ -25,5 +25,5 @@ def test_a_model_litellm_does_not_know_costs_nothing_and_is_registered_once(
     second = llm.complete(messages=_QUESTION, model=model, params={}, api_base=fixed_llm.api_base)
 
     assert (first.cost_usd, second.cost_usd) == (0.0, 0.0)
-    assert llm._litellm().get_model_info(model)["input_cost_per_token"] == 0.0
-    assert llm._known_window(model) is None  # registering gave it no context window
+    assert llm.client.litellm_module().get_model_info(model)["input_cost_per_token"] == 0.0
+    assert llm.windows.known_window(model) is None  # registering gave it no context window

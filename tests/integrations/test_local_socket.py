@@ -28,7 +28,7 @@ from icrlhf.integrations.local_socket import (
     answered,
     private_socket_path,
 )
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture

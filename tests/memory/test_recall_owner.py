@@ -21,8 +21,8 @@ from icrlhf.memory import index, recall_owner, remote_recall
 from icrlhf.memory.models import Example
 from icrlhf.memory.selectors import examples_recall, examples_recall_anywhere
 from icrlhf.queues.models import Queue
-from tests.conftest import wait_for
 from tests.factories import QueueFactory, stored_example
+from tests.support.waiting import wait_for
 
 # The answering thread reads the rows with its own connection: they must be committed.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("vector_store")]

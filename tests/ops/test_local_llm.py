@@ -4,6 +4,8 @@ baseline, and a CPU it cannot run on gets a plain message instead of a crash."""
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from icrlhf.ops.catalogue import CHATML_WITH_TOOLS, local_model
 from icrlhf.ops.local_llm import (
     PORTABLE_BASELINE,
@@ -20,6 +22,8 @@ from icrlhf.ops.stack import (
 )
 
 
+# These two run the installed server: the LLM tier's (`make test-fast` never builds it).
+@pytest.mark.llm
 def test_the_installed_llama_cpp_is_built_for_the_portable_baseline_only() -> None:
     features = build_features()  # read from the installed server's own system info
     assert "AVX2" in features, features
@@ -30,6 +34,7 @@ def test_the_installed_llama_cpp_is_built_for_the_portable_baseline_only() -> No
     )
 
 
+@pytest.mark.llm
 def test_this_machine_can_run_the_installed_build() -> None:
     local_llm_check()  # raises LocalLLMUnsupported with the reason otherwise
 

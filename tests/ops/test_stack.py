@@ -17,7 +17,7 @@ from django.conf import settings
 
 from bench.world import MANAGE, ROOT, world
 from icrlhf.ops.stack import free_port, http_ok, port_open
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.llm]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from icrlhf.ops.supervision import MAX_CRASHES, Part, Supervisor
-from tests.conftest import wait_for
+from tests.support.waiting import wait_for
 
 # supervisord and the parts it keeps alive are real processes, restarted for real.
 pytestmark = pytest.mark.integration

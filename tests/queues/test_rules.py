@@ -13,6 +13,7 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.queues import rules
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review.calibrations import MIN_ITEMS
+from icrlhf.review.models import decided_items
 from tests.factories import DecisionFactory, ItemFactory, QueueFactory, ready_generation
 
 pytestmark = pytest.mark.django_db
@@ -31,7 +32,13 @@ SHORT = {"target": 0.95, "threshold": None, "more_items_needed": 41}
 
 
 def evidence(queue: Queue, *, fit: Fit | None = None, paused: bool = False) -> rules.Evidence:
-    return rules.evidence_of(queue=queue, calibration=fit, paused=paused, needed=MIN_ITEMS)
+    return rules.evidence_of(
+        calibration=fit,
+        paused=paused,
+        needed=MIN_ITEMS,
+        decided=decided_items(queue=queue),
+        decided_from_memory=decided_items(queue=queue, from_memory=True),
+    )
 
 
 def summary(queue: Queue, **facts: Any) -> rules.RulesSummary:
@@ -210,8 +217,8 @@ def test_decided_items_are_standing_decisions_on_ranked_generations() -> None:
     Generation.objects.filter(pk=generation.pk).update(ranked_at=timezone.now())
     DecisionFactory(generation=generation, item=superseded, superseded_at=timezone.now())
     decided(QueueFactory(), 4)  # another queue's
-    assert rules.decided_items(queue=queue) == 3
-    assert rules.decided_items(queue=queue, from_memory=True) == 1
+    assert decided_items(queue=queue) == 3
+    assert decided_items(queue=queue, from_memory=True) == 1
 
 
 @pytest.mark.parametrize(

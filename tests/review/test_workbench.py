@@ -16,15 +16,16 @@ from icrlhf.queues.models import Item
 from icrlhf.review import claims as review_claims
 from icrlhf.review import decisions as review_decisions
 from icrlhf.review.models import Claim, Decision
-from tests.factories import ItemFactory, QueueFactory, UserFactory, member_add, ready_generation
+from tests.factories import (
+    ItemFactory,
+    QueueFactory,
+    UserFactory,
+    member_add,
+    ready_generation,
+    ready_item,
+)
 
 pytestmark = pytest.mark.django_db
-
-
-def ready_item(queue: Any, texts: tuple[str, ...] = ("one", "two", "three")) -> Item:
-    item = ItemFactory(queue=queue)
-    ready_generation(item, list(texts))
-    return item
 
 
 def pick(item: Item, reviewer: Any, index: int = 0) -> Decision:
@@ -32,47 +33,6 @@ def pick(item: Item, reviewer: Any, index: int = 0) -> Decision:
     return review_decisions.decision_record(
         item_id=item.pk, reviewer=reviewer, verdict="chosen", candidate_id=candidate.pk
     )
-
-
-def test_two_reviewers_never_hold_the_same_item(queue: Any, user: Any) -> None:
-    other = UserFactory()
-    queue.members.add(other)
-    first, second = ready_item(queue), ready_item(queue)
-    assert review_claims.claim_next(queue=queue, reviewer=user) == first
-    assert review_claims.claim_next(queue=queue, reviewer=other) == second
-    assert review_claims.claim_next(queue=queue, reviewer=UserFactory()) is None
-    assert review_claims.claim_next(queue=queue, reviewer=user) == first  # its own claim back
-
-
-def test_more_reviewers_than_the_next_item_window_all_get_an_item(
-    queue: Any, user: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(review_claims, "_NEXT_ITEM_WINDOW", 2)
-    items = [ready_item(queue) for _ in range(4)]
-    others = [UserFactory(), UserFactory()]
-    held = [review_claims.claim_next(queue=queue, reviewer=other) for other in others]
-    assert held == items[:2]  # the whole window is taken by others' claims
-    assert review_claims.claim_next(queue=queue, reviewer=user) == items[2]
-
-
-def test_an_expired_claim_frees_the_item(queue: Any, user: Any) -> None:
-    item = ready_item(queue)
-    review_claims.claim_next(queue=queue, reviewer=user)
-    Claim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert review_claims.claim_next(queue=queue, reviewer=UserFactory()) == item
-
-
-def test_a_skipped_item_goes_to_others_first_and_comes_back_after_the_rest(
-    queue: Any, user: Any
-) -> None:
-    first, second = ready_item(queue), ready_item(queue)
-    assert review_claims.claim_next(queue=queue, reviewer=user) == first
-    review_claims.claim_release(item_id=first.pk, reviewer=user, skipped=True)
-    assert review_claims.claim_next(queue=queue, reviewer=UserFactory()) == first
-    assert review_claims.claim_next(queue=queue, reviewer=user) == second
-    review_claims.claim_release(item_id=second.pk, reviewer=user, skipped=True)
-    Claim.objects.update(expires_at=timezone.now())  # the other reviewer let go too
-    assert review_claims.claim_next(queue=queue, reviewer=user) == first  # usual order
 
 
 def test_a_decision_is_refused_while_another_reviewer_holds_the_item(queue: Any, user: Any) -> None:
@@ -193,39 +153,6 @@ def test_an_undecided_item_can_be_regenerated(
         generation_services.generation_regenerate(item_id=decided.pk)
 
 
-def test_regenerate_and_retry_follow_the_claim(
-    queue: Any, user: Any, django_capture_on_commit_callbacks: Any
-) -> None:
-    """Another reviewer cannot replace or retry the candidates of an item someone holds:
-    the holder's choice would then be refused. The holder can, and so can anyone once the
-    claim has run out."""
-    item = ready_item(queue, ("fine", "broken"))
-    broken = Candidate.objects.get(text="broken")
-    Candidate.objects.filter(pk=broken.pk).update(status="failed", error="rate limit")
-    holder = UserFactory(username="holder")
-    queue.members.add(holder)
-    assert review_claims.claim_take(item_id=item.pk, reviewer=holder) is not None
-    other = Client()
-    other.force_login(user)
-
-    page = other.get(f"/items/{item.pk}/").content.decode()
-    assert "Regenerate" not in page and "Retry candidate" not in page
-    refused = other.post(f"/items/{item.pk}/regenerate/", follow=True).content.decode()
-    assert "holder is working on this item, so it cannot be regenerated now." in refused
-    refused = other.post(f"/candidates/{broken.pk}/retry/", follow=True).content.decode()
-    assert "holder is working on this item, so it cannot be retried now." in refused
-    broken.refresh_from_db()
-    assert (item.generations.count(), broken.status) == (1, "failed")
-
-    with django_capture_on_commit_callbacks(execute=False):
-        review_claims.candidate_retry(candidate_id=broken.pk, reviewer=holder)
-        Candidate.objects.filter(pk=broken.pk).update(status="done", text="mended")
-        Generation.objects.update(status=Generation.Status.DONE)
-        Claim.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
-        review_claims.item_regenerate(item_id=item.pk, reviewer=user)
-    assert item.generations.count() == 2
-
-
 @pytest.mark.parametrize("url", ["/q/{slug}/", "/q/{slug}/review/", "/items/{item}/"])
 def test_a_non_member_cannot_see_a_queue_or_its_items(url: str, user: Any) -> None:
     queue = QueueFactory()  # user is not a member
@@ -336,7 +263,6 @@ def test_a_refused_decision_says_the_real_reason(
     logged_in: Client, queue: Any, field: str, value: str, reason: str
 ) -> None:
     from icrlhf.review.models import Decision
-    from tests.factories import ItemFactory, ready_generation
 
     item = ItemFactory(queue=queue)
     candidate = ready_generation(item, texts=["one", "two"]).candidates.first()

@@ -9,11 +9,12 @@ import pytest
 from django.test import Client
 
 from icrlhf.trajectories.models import Trajectory
-from tests.conftest import GatewayProcess, wait_for
 from tests.factories import QueueFactory, UserFactory
 from tests.gateway.test_endpoint import client_for
 from tests.gateway.test_tools import ORDER_TOOL, QUESTION
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.processes import GatewayProcess
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

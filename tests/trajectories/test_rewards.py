@@ -16,10 +16,11 @@ from icrlhf.queues.models import Queue
 from icrlhf.trajectories.feedback import feedback_record
 from icrlhf.trajectories.models import Trajectory
 from icrlhf.trajectories.rewards import ApprovalConflict, RunSeen, rewards_approval_decide
-from tests.conftest import GatewayProcess, wait_for
 from tests.factories import QueueFactory, UserFactory, agent_step, member_add
 from tests.gateway.test_tools import ORDER_TOOL
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.processes import GatewayProcess
+from tests.support.waiting import wait_for
 
 LOOKUP = {
     "id": "call_7",

@@ -4,6 +4,7 @@ Its fields and their tolerant parsing are in `fields.py`, its SLA order in `sla.
 page parts in templates/kinds/triage/. The ticket flow (creating tickets, the SLA list, the
 API) is the `icrlhf.triage` app, above generation and memory."""
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -81,6 +82,13 @@ class TriageKind(QueueKind):
     def prefill(self, *, text: str, fields: dict[str, str] | None, queue: Queue) -> dict[str, str]:
         # An invalid answer still offers what could be read, and its raw text as the reply.
         return dict(fields) if fields else triage_partial(text, queue.categories)
+
+    def category_choices(
+        self, *, proposed: Sequence[dict[str, str]], queue: Queue
+    ) -> tuple[list[str], list[str]]:
+        # The candidates' categories in their order, then the rest alphabetically.
+        likely = list(dict.fromkeys(p["category"] for p in proposed if p.get("category")))
+        return likely, sorted(set(queue.categories) - set(likely), key=str.lower)
 
     def example_text(self, *, text: str, fields: dict[str, str] | None) -> str:
         # Remembered in the same form as a confirmed triage.

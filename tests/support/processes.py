@@ -1,0 +1,92 @@
+"""The product's own processes, started for the integration tests: a Celery worker and the
+gateway, each in its own process on the tests' database and the real broker."""
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+from icrlhf.ops.stack import celery_worker_command, free_port, gateway_command, http_ok
+from tests.support.waiting import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Short enough that the timeout test waits little, long enough for every other call.
+GATEWAY_LLM_TIMEOUT_S = 3
+
+
+class WorkerProcess:
+    """A real Celery worker in its own process, on the real broker, with its own Qdrant folder."""
+
+    def __init__(self, *, env: dict[str, str], log: Path) -> None:
+        self.name = f"test-{uuid.uuid4().hex[:8]}@localhost"
+        self.log = log
+        self._log_stream = log.open("wb")
+        self.process = subprocess.Popen(
+            celery_worker_command(
+                "--concurrency",
+                "10",
+                "--hostname",
+                self.name,
+                "--without-mingle",
+                "--without-gossip",
+            ),
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
+            stdout=self._log_stream,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        from worker import app
+
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError(f"The worker exited: {self.log.read_text()[-3000:]}")
+            return bool(app.control.ping(destination=[self.name], timeout=0.5))
+
+        wait_for(ready, timeout_s=timeout_s, what="the Celery worker")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log_stream.close()
+
+
+class GatewayProcess:
+    """The real gateway (uvicorn, ASGI) in its own process, on the tests' database. Its
+    retrievals go through the session's worker, which owns the embedded store."""
+
+    def __init__(self, *, env: dict[str, str], log: Path) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self.log = log
+        self._log_stream = log.open("wb")
+        self.process = subprocess.Popen(
+            gateway_command(self.port),
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
+            stdout=self._log_stream,
+            stderr=subprocess.STDOUT,
+        )
+
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError(f"The gateway exited: {self.log.read_text()[-3000:]}")
+            return http_ok(f"http://127.0.0.1:{self.port}/healthz")
+
+        wait_for(ready, timeout_s=timeout_s, what="the gateway")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log_stream.close()
