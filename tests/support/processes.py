@@ -15,14 +15,41 @@ ROOT = Path(__file__).resolve().parents[2]
 GATEWAY_LLM_TIMEOUT_S = 3
 
 
-class WorkerProcess:
+class _TestProcess:
+    """One of the product's processes, started with the tests' settings and environment, its
+    output in `log`; `stop` ends it, killed if it does not stop within 15 s."""
+
+    def __init__(self, command: list[str], *, env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._log_stream = log.open("wb")
+        self.process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
+            stdout=self._log_stream,
+            stderr=subprocess.STDOUT,
+        )
+
+    def _alive(self, what: str) -> None:
+        if self.process.poll() is not None:
+            raise AssertionError(f"{what} exited: {self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._log_stream.close()
+
+
+class WorkerProcess(_TestProcess):
     """A real Celery worker in its own process, on the real broker, with its own Qdrant folder."""
 
     def __init__(self, *, env: dict[str, str], log: Path) -> None:
         self.name = f"test-{uuid.uuid4().hex[:8]}@localhost"
-        self.log = log
-        self._log_stream = log.open("wb")
-        self.process = subprocess.Popen(
+        super().__init__(
             celery_worker_command(
                 "--concurrency",
                 "10",
@@ -31,62 +58,32 @@ class WorkerProcess:
                 "--without-mingle",
                 "--without-gossip",
             ),
-            cwd=ROOT,
-            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
-            stdout=self._log_stream,
-            stderr=subprocess.STDOUT,
+            env=env,
+            log=log,
         )
 
     def wait_ready(self, timeout_s: float = 60) -> None:
         from worker import app
 
         def ready() -> bool:
-            if self.process.poll() is not None:
-                raise AssertionError(f"The worker exited: {self.log.read_text()[-3000:]}")
+            self._alive("The worker")
             return bool(app.control.ping(destination=[self.name], timeout=0.5))
 
         wait_for(ready, timeout_s=timeout_s, what="the Celery worker")
 
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._log_stream.close()
 
-
-class GatewayProcess:
+class GatewayProcess(_TestProcess):
     """The real gateway (uvicorn, ASGI) in its own process, on the tests' database. Its
     retrievals go through the session's worker, which owns the embedded store."""
 
     def __init__(self, *, env: dict[str, str], log: Path) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self.log = log
-        self._log_stream = log.open("wb")
-        self.process = subprocess.Popen(
-            gateway_command(self.port),
-            cwd=ROOT,
-            env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", **env},
-            stdout=self._log_stream,
-            stderr=subprocess.STDOUT,
-        )
+        super().__init__(gateway_command(self.port), env=env, log=log)
 
     def wait_ready(self, timeout_s: float = 60) -> None:
         def ready() -> bool:
-            if self.process.poll() is not None:
-                raise AssertionError(f"The gateway exited: {self.log.read_text()[-3000:]}")
+            self._alive("The gateway")
             return http_ok(f"http://127.0.0.1:{self.port}/healthz")
 
         wait_for(ready, timeout_s=timeout_s, what="the gateway")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._log_stream.close()
