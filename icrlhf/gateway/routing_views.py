@@ -10,21 +10,19 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from icrlhf.gateway.forms import RoutingForm
-from icrlhf.generation.ranking import calibration_latest
 from icrlhf.queues.access import can_curate, queue_for_member
 from icrlhf.queues.models import Queue
 from icrlhf.queues.rules import rules_summary
 from icrlhf.queues.services import routing_update
 from icrlhf.review import guard
-from icrlhf.review.calibrations import routing_evidence
+from icrlhf.review.calibrations import routing_facts
 
 
 def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     may_edit = can_curate(request.user, queue)
-    calibration = calibration_latest(queue_id=queue.pk)
-    pause = guard.pause_active(queue)
-    evidence = routing_evidence(queue)
+    facts = routing_facts(queue)
+    evidence = facts.evidence
     # The form validates into a copy: a refused form leaves the page (the summary, the
     # audits' watch, the current threshold) describing the rules as saved.
     form = RoutingForm(request.POST or None, instance=copy.copy(queue), evidence=evidence)
@@ -49,9 +47,9 @@ def routing_page(request: HttpRequest, slug: str) -> HttpResponse:
         ],
         "rules": rules_summary(queue=queue, evidence=evidence),
         "evidence": evidence,
-        "calibration": calibration,
+        "calibration": facts.calibration,
         "watch": guard.watch(queue),
-        "pause": pause,
+        "pause": facts.pause,
     }
     return render(request, "gateway/routing.html", context, status=400 if form.errors else 200)
 

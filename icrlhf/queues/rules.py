@@ -4,7 +4,7 @@ they would do nothing.
 
 Some rules rest on facts the queue row does not hold: a fitted confidence (the generation
 app's calibration) and a pause of automation by its audits (the review app). Those apps sit
-above this one, so they are read where they live (`review.calibrations.routing_evidence`:
+above this one, so they are read where they live (`review.calibrations.routing_facts`:
 the newest calibration, the pause, the decided items) and handed to `evidence_of`, once per
 page; the form, the summary and the next step then all read the same `Evidence`."""
 

@@ -19,7 +19,7 @@ from icrlhf.kinds.labels import answer_key
 from icrlhf.queues.models import Queue
 from icrlhf.queues.rules import Evidence, evidence_of
 from icrlhf.review import guard
-from icrlhf.review.models import Automation, Decision, decided_items
+from icrlhf.review.models import Automation, AutomationPause, Decision, decided_items
 
 logger = logging.getLogger(__name__)
 
@@ -330,13 +330,25 @@ def calibrations_refit() -> list[int]:
     return refitted
 
 
-def routing_evidence(queue: Queue) -> Evidence:
-    """What the queue's routing rules rest on, read where each fact lives, for the queue page
-    and the routing page."""
-    return evidence_of(
-        calibration=calibration_latest(queue_id=queue.pk),
-        paused=guard.pause_active(queue) is not None,
+@dataclass(frozen=True)
+class RoutingFacts:
+    """What a queue's routing rules rest on, each read once: its newest calibration, its
+    active pause of automation, and the `Evidence` the rules' sentences are made from."""
+
+    calibration: Calibration | None
+    pause: AutomationPause | None
+    evidence: Evidence
+
+
+def routing_facts(queue: Queue) -> RoutingFacts:
+    """Read where each fact lives, for the queue page and the routing page."""
+    calibration = calibration_latest(queue_id=queue.pk)
+    pause = guard.pause_active(queue)
+    evidence = evidence_of(
+        calibration=calibration,
+        paused=pause is not None,
         needed=MIN_ITEMS,
         decided=decided_items(queue=queue),
         decided_from_memory=decided_items(queue=queue, from_memory=True),
     )
+    return RoutingFacts(calibration=calibration, pause=pause, evidence=evidence)

@@ -18,7 +18,7 @@ from icrlhf.queues.forms import ItemCreateForm
 from icrlhf.queues.models import Item, Queue
 from icrlhf.queues.rules import rules_summary
 from icrlhf.queues.selectors import queue_items_recent, queues_with_counts
-from icrlhf.review.calibrations import routing_evidence
+from icrlhf.review.calibrations import routing_facts
 from icrlhf.triage.forms import TicketCreateForm, TicketFilterForm
 from icrlhf.triage.selectors import tickets_channels, tickets_for_queue
 from icrlhf.triage.services import ticket_create
@@ -79,7 +79,7 @@ def _queue_page(
         # The summary of its routing rules, as they act (gateway/routing_summary.html).
         "rules": rules_summary(
             queue=queue,
-            evidence=routing_evidence(queue),
+            evidence=routing_facts(queue).evidence,
         ),
     }
     if kind_of(queue).takes_tickets:
