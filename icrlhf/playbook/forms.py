@@ -9,6 +9,7 @@ class EntryForm(forms.Form):
         help_text="Where the rule belongs (Tone, Refunds, Cards…): rules are grouped by it.",
     )
     text = forms.CharField(
+        label="Rule",
         max_length=ENTRY_MAX_CHARS,
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text=f"One rule, in plain words (at most {ENTRY_MAX_CHARS} characters): it goes "

@@ -125,7 +125,7 @@ def entry_add(*, queue: Queue, section: str, text: str, author: User) -> Version
         drafts=drafts,
         origin=Version.Origin.WRITTEN,
         author=author,
-        summary="Added an entry.",
+        summary=f"Added a rule to {' '.join(section.split())}.",
     )
 
 
