@@ -363,8 +363,8 @@ def _random_examples(bench: Bench, rows: list[Labelled], rng: random.Random) -> 
         shown = rng.sample(preferred, min(bench.queue.k_examples, len(preferred)))
         messages = messages_build(
             system_prompt=bench.queue.system_prompt,
-            guidelines="",
-            guidelines_version=1,
+            playbook="",
+            playbook_version=None,
             examples=_as_sent(bench, shown),
             request=row.text,
             framing=bench.queue.example_framing,

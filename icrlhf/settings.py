@@ -149,6 +149,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "ninja",
     "icrlhf.queues",
+    "icrlhf.playbook",
     "icrlhf.generation",
     "icrlhf.review",
     "icrlhf.memory",

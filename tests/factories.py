@@ -8,6 +8,8 @@ from django.utils import timezone
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.memory import index
 from icrlhf.memory.models import Example
+from icrlhf.playbook.models import Version
+from icrlhf.playbook.services import EntryDraft, version_create
 from icrlhf.queues.models import Item, Membership, Queue
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Decision
@@ -62,6 +64,24 @@ class QueueFactory(factory.django.DjangoModelFactory):
     def viewers(self, create: bool, extracted: list[object] | None, **kwargs: object) -> None:
         if create and extracted:
             self.members.add(*extracted, through_defaults={"role": Membership.Role.VIEWER})
+
+    # Its playbook's first version: QueueFactory(playbook=[("Tone", "Be brief.")]).
+    @factory.post_generation
+    def playbook(
+        self, create: bool, extracted: list[tuple[str, str]] | None, **kwargs: object
+    ) -> None:
+        if create and extracted:
+            playbook_write(self, extracted)
+
+
+def playbook_write(queue: Queue, entries: list[tuple[str, str]]) -> Version:
+    """The queue's next playbook version, holding `entries` ((section, text) each)."""
+    return version_create(
+        queue_id=queue.pk,
+        drafts=[EntryDraft(section=section, text=text) for section, text in entries],
+        origin=Version.Origin.WRITTEN,
+        author=None,
+    )
 
 
 def member_add(queue: Queue, user: object, role: str = "reviewer") -> None:

@@ -57,6 +57,9 @@ class Call(models.Model):
     examples = models.JSONField(default=list, blank=True)
     top_score = models.FloatField(null=True, blank=True)
     model = models.CharField(max_length=200, blank=True)
+    # The number of the queue's playbook version its prompt carried (none: no playbook, or
+    # memory answered).
+    playbook_version = models.PositiveIntegerField(null=True, blank=True)
     retrieval_ms = models.PositiveIntegerField(null=True, blank=True)
     upstream_ms = models.PositiveIntegerField(null=True, blank=True)
     total_ms = models.PositiveIntegerField(null=True, blank=True)

@@ -74,6 +74,8 @@ class Plan:
     # the end user the call names (`user`): with the token, the run's owner.
     trajectory_key: str = ""
     end_user: str = ""
+    # The queue's playbook version the prompt carries (None: no playbook, or no prompt).
+    playbook_version: int | None = None
 
     def upstream(self) -> dict[str, Any]:
         """The LLM call's arguments, as llm.acomplete and llm.astream take them."""
@@ -129,7 +131,7 @@ def call_plan(
     """Retrieve the queue's preferred examples for the decision point; answer from the
     nearest one when it is similar enough (the queue's threshold) and a plain text answer is
     what the call asks for, else build the prompt with the review flow's builder: the queue's
-    system prompt with its instructions and guidelines (then the caller's system message), the
+    system prompt with its instructions and playbook (then the caller's system message), the
     examples, then the caller's turns with their tool calls and results. `token_id`: the
     caller's token, which decides whose calls may be its format examples."""
     request_text = decision_point(request)
@@ -287,6 +289,7 @@ def _plan_for_model(retrieved: Plan, *, request: ChatRequest, prompt: PromptCont
         model=model,
         api_base=queue.api_base,
         params=params,
+        playbook_version=prompt.playbook.number,
     )
 
 
@@ -352,6 +355,7 @@ class CallLogged:
     completion_tokens: int = 0
     status_code: int = 200
     error: str = ""
+    playbook_version: int | None = None
 
     @classmethod
     def of(
@@ -402,6 +406,7 @@ class CallLogged:
             holdout=plan.holdout,
             capture=plan.capture,
             memory_confidence=plan.memory_confidence,
+            playbook_version=plan.playbook_version,
             trajectory_key=plan.trajectory_key,
             model=model or plan.model or Call.Source.MEMORY,
             total_ms=total_ms,
@@ -502,6 +507,7 @@ def call_record(logged: CallLogged) -> Call | None:
                     holdout=logged.holdout,
                     capture=capture,
                     memory_confidence=logged.memory_confidence,
+                    playbook_version=logged.playbook_version,
                 )
         except IntegrityError:
             if Call.objects.filter(pk=logged.call_id).exists():

@@ -137,6 +137,11 @@ def _headers(call_id: uuid.UUID, plan: services.Plan) -> dict[str, str]:
             if plan.memory_confidence is not None
             else {}
         ),
+        **(
+            {"X-Icrlhf-Playbook-Version": str(plan.playbook_version)}
+            if plan.playbook_version is not None
+            else {}
+        ),
     }
 
 

@@ -22,6 +22,7 @@ from icrlhf.kinds import kind_of
 from icrlhf.memory.repeats import without_repeats
 from icrlhf.memory.selectors import Recall, RetrievedExample
 from icrlhf.memory.signatures import Signature
+from icrlhf.playbook.selectors import PlaybookInForce, playbook_in_force
 from icrlhf.queues.models import Queue
 
 
@@ -106,6 +107,7 @@ class PromptContext:
     signature: Signature
     recall: Recall
     retrieval_ms: float
+    playbook: PlaybookInForce
     # Why nothing was retrieved, when memory was unavailable (the store or the embedder).
     memory_error: VectorStoreUnavailable | EmbeddingModelMissing | None = None
 
@@ -135,8 +137,8 @@ class PromptContext:
             messages = messages_build(
                 system_prompt=self.system_prompt,
                 instructions=instructions,
-                guidelines=queue.guidelines,
-                guidelines_version=queue.guidelines_version,
+                playbook=self.playbook.text,
+                playbook_version=self.playbook.number,
                 examples=as_sent[:kept],
                 history=self.history,
                 request=self.request,
@@ -219,5 +221,6 @@ def prompt_context(
         signature=signature,
         recall=recall,
         retrieval_ms=(time.monotonic() - started) * 1000,
+        playbook=playbook_in_force(queue),
         memory_error=memory_error,
     )

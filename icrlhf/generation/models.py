@@ -87,6 +87,10 @@ class Generation(models.Model):
     calibration = models.ForeignKey(
         Calibration, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The queue's playbook as its prompt carried it (none: the queue had none).
+    playbook = models.ForeignKey(
+        "playbook.Version", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     prepared_at = models.DateTimeField(null=True, blank=True)

@@ -187,6 +187,7 @@ def _preparation_record(
         if context.memory_error is not None
         else "",
         retrieval_ms=int(context.retrieval_ms),
+        playbook_id=context.playbook.version_id,
         neighbours=[
             n.as_json() for n in ranking.neighbours_of(queue=generation.item.queue, recall=recall)
         ],

@@ -1,4 +1,4 @@
-"""The prompt: system prompt, guidelines, retrieved preferred examples, then the request.
+"""The prompt: system prompt, the playbook, retrieved preferred examples, then the request.
 
 Examples are other people's requests and the answers reviewers preferred: data, never this
 conversation. By default (`reference`) they are quoted inside the system message, marked as
@@ -300,8 +300,8 @@ def conversation_prompt(
 def messages_build(
     *,
     system_prompt: str,
-    guidelines: str,
-    guidelines_version: int,
+    playbook: str,
+    playbook_version: int | None,
     examples: Sequence[PromptExample],
     request: str | None,
     instructions: str = "",
@@ -320,8 +320,11 @@ def messages_build(
     round's earlier answers to this request, oldest first, with what the reviewer said
     (`attempts_feedback`)."""
     system_parts = [system_prompt.strip(), instructions.strip()]
-    if guidelines.strip():
-        system_parts.append(f"Guidelines (version {guidelines_version}):\n{guidelines.strip()}")
+    if playbook.strip():
+        system_parts.append(
+            f"The playbook (version {playbook_version}), rules your answer follows:\n"
+            f"{playbook.strip()}"
+        )
     most_similar_last = [e for e in reversed(examples) if not e.format_only]
     # Least similar first, and before every other example: furthest from the request. Only
     # their form is sent, whatever they hold (`call_form`).

@@ -12,6 +12,8 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from icrlhf.generation.services import item_create
+from icrlhf.playbook.models import Version
+from icrlhf.playbook.services import EntryDraft, version_create
 from icrlhf.queues.models import Item, Queue
 
 DEMO_USERNAME = "demo"
@@ -19,6 +21,12 @@ DEMO_QUEUE_SLUG = "banking-support"
 DEMO_SYSTEM_PROMPT = (
     "You are a customer-support agent of an online bank. Reply to the customer's message in "
     "two or three short, friendly sentences. Never ask for card numbers or passwords."
+)
+# The demo queue's first playbook: what a support team would write on day one.
+DEMO_PLAYBOOK = (
+    ("Answers", "Be correct and short, and tell the customer what to do next."),
+    ("Answers", "Never promise a refund or a date the bank has not confirmed."),
+    ("Cards", "Before discussing a card, ask for its last four digits, never the whole number."),
 )
 # One message of each of these intents, in this order; a similar question typed next shows
 # the remembered answer among the retrieved examples.
@@ -140,13 +148,11 @@ def demo_triage_queue_ensure(*, data_dir: Path) -> tuple[Queue | None, int]:
 def demo_queue_ensure(*, data_dir: Path) -> tuple[Queue, int]:
     """Create the demo queue once, and its items while it has none (so a data set put in place
     later still seeds them); returns the queue and the items created."""
-    queue, _created = Queue.objects.get_or_create(
+    queue, created = Queue.objects.get_or_create(
         slug=DEMO_QUEUE_SLUG,
         defaults={
             "name": "Banking support",
             "system_prompt": DEMO_SYSTEM_PROMPT,
-            "guidelines": "Prefer answers that are correct, short and tell the customer what "
-            "to do next.",
             "n_candidates": 4,
             "k_examples": 5,
             "max_tokens": 120,
@@ -156,6 +162,14 @@ def demo_queue_ensure(*, data_dir: Path) -> tuple[Queue, int]:
     queue.members.add(
         get_user_model().objects.get(username=DEMO_USERNAME), through_defaults={"role": "curator"}
     )
+    if created:
+        version_create(
+            queue_id=queue.pk,
+            drafts=[EntryDraft(section=section, text=text) for section, text in DEMO_PLAYBOOK],
+            origin=Version.Origin.WRITTEN,
+            author=None,
+            summary="The demo's rules.",
+        )
     csv_path = data_dir / "banking77" / "test.csv"
     if not csv_path.is_file() or Item.objects.filter(queue=queue).exists():
         return queue, 0

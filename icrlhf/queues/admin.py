@@ -5,6 +5,8 @@ from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 
 from icrlhf.integrations import llm
 from icrlhf.queues.access import can_curate, is_admin, queues_visible, role_in
@@ -105,7 +107,17 @@ class QueueAdmin(QueueScopedAdmin[Queue]):
     prepopulated_fields = {"slug": ["name"]}
     search_fields = ["name", "slug"]
     inlines = [MembershipInline]
-    readonly_fields = ["guidelines_version"]
+    readonly_fields = ["playbook"]
+
+    @admin.display(description="playbook")
+    def playbook(self, queue: Queue) -> str:
+        if queue.pk is None:
+            return "Written on the queue's playbook page once the queue is saved."
+        return format_html(
+            '<a href="{}">The rules its answers follow: read and edit them on the playbook '
+            "page</a>",
+            reverse("playbook:page", args=[queue.slug]),
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         # Where the prompts (and a key) go is the install's choice, made by name (the form's

@@ -34,8 +34,6 @@ class Queue(models.Model):
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.GENERAL)
     system_prompt = models.TextField(default="You are a helpful assistant. Answer concisely.")
-    guidelines = models.TextField(blank=True, help_text="Markdown, shown to reviewers.")
-    guidelines_version = models.PositiveIntegerField(default=1)
     model = models.CharField(
         max_length=200, blank=True, help_text="A litellm model name; empty uses LLM_MODEL."
     )

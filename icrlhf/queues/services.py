@@ -51,14 +51,11 @@ def candidate_count_validate(*, n_candidates: int) -> int:
 
 @transaction.atomic
 def queue_save(*, queue: Queue, actor: User | None = None) -> Queue:
-    """Save a queue's settings. Decisions record the guideline version they were made under,
-    so an edit of the guidelines is a new version; a change of the routing rules is audited."""
+    """Save a queue's settings; a change of the routing rules is audited."""
     routing_before: dict[str, Any] = {}
     if queue.pk is not None:
         stored = Queue.objects.select_for_update().filter(pk=queue.pk).first()
         if stored is not None:
-            if stored.guidelines != queue.guidelines:
-                queue.guidelines_version = stored.guidelines_version + 1
             routing_before = {name: getattr(stored, name) for name in ROUTING_FIELDS}
     _low_reward_rule_dated(queue, was_on=bool(routing_before.get("capture_low_reward")))
     queue.save()

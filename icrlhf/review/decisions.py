@@ -22,6 +22,8 @@ from icrlhf.memory import services as memory_services
 from icrlhf.memory.curation import examples_usage_record
 from icrlhf.memory.services import ExampleDraft
 from icrlhf.memory.signatures import action_text
+from icrlhf.playbook import services as playbook_services
+from icrlhf.playbook.selectors import playbook_in_force
 from icrlhf.queues.locks import item_lock
 from icrlhf.queues.models import Item
 from icrlhf.review import automation, tasks
@@ -215,7 +217,8 @@ def _decision_create(
                 reason_tags=list(dict.fromkeys(reason_tags)),
                 comment=comment.strip(),
                 ratings={str(candidate): rating for candidate, rating in ratings.items()},
-                guideline_version=item.queue.guidelines_version,
+                # The playbook the reviewer decided beside (0: the queue had none).
+                guideline_version=playbook_in_force(item.queue).number or 0,
                 time_to_decide_ms=time_to_decide_ms,
                 candidates_done=generation.candidates.filter(status=Candidate.Status.DONE).count(),
             )
@@ -356,11 +359,19 @@ def _tried_again(decision: Decision) -> list[ExampleDraft]:
 
 def _memory_credit(decision: Decision, *, undo: bool = False) -> None:
     """The examples the decided generation was prompted with helped if a candidate was taken
-    as it was."""
+    as it was; the playbook entries it carried, if that candidate was the ranking's first."""
     examples_usage_record(
         generation_id=decision.generation_id,
         generated_at=decision.generation.created_at,
         accepted=decision.verdict == Decision.Verdict.CHOSEN,
+        undo=undo,
+    )
+    chosen = decision.chosen_candidate
+    playbook_services.outcome_record(
+        version_id=decision.generation.playbook_id,
+        first_chosen=decision.verdict == Decision.Verdict.CHOSEN
+        and chosen is not None
+        and chosen.rank == 1,
         undo=undo,
     )
 

@@ -17,6 +17,7 @@ from django_htmx.middleware import HtmxDetails
 
 from icrlhf.generation.models import Candidate
 from icrlhf.kinds import kind_of
+from icrlhf.playbook import selectors as playbook_selectors
 from icrlhf.queues.access import queue_for_member, review_check
 from icrlhf.queues.models import Item, Queue
 from icrlhf.review import automation as review_automation
@@ -79,6 +80,11 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     page = selectors.item_page(item=item, user=request.user, poll=bool(request.htmx))
     context = {**page.context(), **_undo_offer(request)}
     if not request.htmx:
+        playbook = playbook_selectors.current_version(item.queue)
+        context["playbook"] = playbook
+        context["playbook_sections"] = playbook_selectors.by_section(
+            playbook_selectors.version_entries(playbook)
+        )
         return render(request, "review/item.html", context)
     response = render(request, "review/item.html#live", context)
     if not page.polling:

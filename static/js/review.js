@@ -442,8 +442,8 @@
     saveDraft();
   }
 
-  // The guidelines stay open or closed as the reviewer last left them, item after item.
-  function rememberGuidelines() {
+  // The playbook stays open or closed as the reviewer last left it, item after item.
+  function rememberPlaybook() {
     document.querySelectorAll("details[data-remember]").forEach(function (details) {
       const key = details.dataset.remember;
       try { if (localStorage.getItem(key) === "open") details.open = true; } catch (e) { /* off */ }
@@ -623,6 +623,6 @@
   document.body.addEventListener("htmx:afterSwap", setUp);
   setUp();
   bindOnce(document, "#triage-category[role=combobox]", categoryCombobox);
-  rememberGuidelines();
+  rememberPlaybook();
   undoCountdown();
 })();

@@ -21,7 +21,13 @@ from icrlhf.queues.models import Queue
 from icrlhf.review.decisions import decision_record
 from icrlhf.review.models import Automation, Decision
 from icrlhf.trajectories.services import RunOwner, run_hashes, step_record
-from tests.factories import ItemFactory, QueueFactory, UserFactory, ready_generation
+from tests.factories import (
+    ItemFactory,
+    QueueFactory,
+    UserFactory,
+    playbook_write,
+    ready_generation,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -79,8 +85,12 @@ def world(user: Any) -> dict[str, str]:
         call_id=None,
         created_at=timezone.now(),
     ).trajectory
+    playbook_write(queue, [("Tone", "Be brief.")])
     return {
         "trajectory_id": str(trajectory.pk),
+        # The playbook's first entry and version.
+        "key": "1",
+        "number": "1",
         "automation_id": str(automation.pk),
         "slug": queue.slug,
         "item_id": str(item.pk),

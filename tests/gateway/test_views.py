@@ -211,7 +211,7 @@ def test_an_unknown_path_answers_in_openai_shape(app: tuple[Client, Any]) -> Non
 
 
 def test_the_prompt_keeps_the_callers_turns_within_the_queues_limits(db: None) -> None:
-    queue = QueueFactory(guidelines="Be brief.", max_tokens=100, temperature=0.3)
+    queue = QueueFactory(playbook=[("Tone", "Be brief.")], max_tokens=100, temperature=0.3)
     request = ChatRequest.model_validate(
         {
             "model": queue.slug,
@@ -229,7 +229,7 @@ def test_the_prompt_keeps_the_callers_turns_within_the_queues_limits(db: None) -
     assert plan.params == {"temperature": 0.3, "max_tokens": 100, "top_p": 0.5}
     system = plan.messages[0]["content"]
     assert "The application's instructions:\nYou are Acme's assistant." in system
-    assert "Be brief." in system
+    assert "- Be brief." in system and plan.playbook_version == 1
     assert plan.messages[1:] == [
         {"role": "user", "content": "Hi"},
         {"role": "assistant", "content": "Hello! How can I help?"},

@@ -20,7 +20,7 @@ from icrlhf.generation.models import Candidate, Generation
 from icrlhf.generation.services import item_create
 from icrlhf.integrations import llm
 from icrlhf.queues.models import Item
-from tests.factories import QueueFactory, stored_example
+from tests.factories import QueueFactory, playbook_write, stored_example
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 from tests.support.llm_answer import LLMAnswer
 
@@ -37,15 +37,18 @@ def generation(queue: Any, user: Any, vector_store: Path) -> Generation:
 def test_prepare_stores_the_exact_messages_and_fans_out(
     queue: Any, user: Any, vector_store: Path, django_capture_on_commit_callbacks: Any
 ) -> None:
-    queue.guidelines = "Be brief."
-    queue.save()
+    playbook_write(queue, [("Tone", "Be brief.")])
     item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         enqueued = pipeline.generation_prepare(generation_id=item.generations.get().pk)
     generation = item.generations.get()
     assert generation.status == Generation.Status.RUNNING
     assert generation.messages[0]["role"] == "system"
-    assert "Guidelines (version 1):\nBe brief." in generation.messages[0]["content"]
+    assert (
+        "(version 1), rules your answer follows:\nTone:\n- Be brief."
+        in (generation.messages[0]["content"])
+    )
+    assert generation.playbook is not None and generation.playbook.number == 1
     assert generation.messages[-1] == {"role": "user", "content": "Where is my card?"}
     assert sorted(enqueued) == sorted(generation.candidates.values_list("pk", flat=True))
     assert len(callbacks) == 1
@@ -90,12 +93,13 @@ def test_a_generation_makes_the_same_few_statements_from_item_to_finish(
     item.refresh_from_db()
     assert item.status == Item.Status.READY
     # Item creation 6 (the item, the generation, its candidates and the fair priority, in a
-    # transaction: a savepoint here); the test's own read of the generation 1; prepare 9
-    # (the claim and its read, memory's count, the earlier rounds, a transaction around the
-    # generation's update and the candidates' read and claim); the answers 1; the finish 6
+    # transaction: a savepoint here); the test's own read of the generation 1; prepare 10
+    # (the claim and its read, memory's count, the earlier rounds, the playbook in force, a
+    # transaction around the generation's update and the candidates' read and claim); the
+    # answers 1; the finish 6
     # (the count, a transaction around the generation's and the item's updates and the
     # ranking's priority).
-    assert len(made.captured_queries) == 23, "\n".join(
+    assert len(made.captured_queries) == 24, "\n".join(
         query["sql"][:80] for query in made.captured_queries
     )
 

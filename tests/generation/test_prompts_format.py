@@ -42,8 +42,8 @@ def _step(question: str, tool: str, *, format_only: bool = False) -> PromptExamp
 def _built(examples: list[PromptExample], framing: str = REFERENCE) -> list[dict[str, Any]]:
     return messages_build(
         system_prompt="You help.",
-        guidelines="",
-        guidelines_version=1,
+        playbook="",
+        playbook_version=None,
         examples=examples,
         request="Weather in Paris?",
         framing=framing,

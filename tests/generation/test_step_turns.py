@@ -16,8 +16,8 @@ def _call(call_id: str, order: str) -> dict[str, Any]:
 def _prompt(*examples: PromptExample) -> list[dict[str, Any]]:
     return messages_build(
         system_prompt="Be helpful.",
-        guidelines="",
-        guidelines_version=1,
+        playbook="",
+        playbook_version=None,
         examples=examples,
         request="Where is order 14?",
     )

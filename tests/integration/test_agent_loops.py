@@ -298,8 +298,8 @@ def test_the_local_server_takes_an_examples_call_answered_with_nothing(
     )
     messages = messages_build(
         system_prompt="You are the shop's order assistant.",
-        guidelines="",
-        guidelines_version=1,
+        playbook="",
+        playbook_version=None,
         examples=[step],
         request="Where is order 1299?",
     )

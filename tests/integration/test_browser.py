@@ -663,17 +663,19 @@ def test_the_candidates_side_by_side_with_the_decision_always_in_reach(
     page.context.close()
 
 
-def test_orientation_progress_remembered_guidelines_reason_keys_and_the_edit_diff(
+def test_orientation_progress_remembered_playbook_reason_keys_and_the_edit_diff(
     live_server: Any, page: Page, reviewer: Any
 ) -> None:
     queue = QueueFactory(
-        members=[reviewer], reason_tags=["wrong facts", "too long"], guidelines="Be <b>brief</b>."
+        members=[reviewer],
+        reason_tags=["wrong facts", "too long"],
+        playbook=[("Tone", "Be brief.")],
     )
     first, second = ready_items(queue, 2, ["The card ships in five days.", "Other."])
     log_in(page, live_server.url, reviewer.username)
     start_reviewing(page, live_server.url, queue)
     expect(page.locator("progress")).to_have_attribute("max", "2")
-    page.get_by_text("Guidelines (version 1)").click()  # opened once...
+    page.get_by_text("Playbook (version 1)").click()  # opened once...
     label = page.locator("article.candidate", has_text="five days").get_attribute("data-label")
     page.keyboard.press(str(label))
     page.keyboard.press("Shift+2")  # the second reason, by key
@@ -683,7 +685,7 @@ def test_orientation_progress_remembered_guidelines_reason_keys_and_the_edit_dif
     editor.fill("The card ships in two days.")
     page.keyboard.press("Control+Enter")
     expect(page.get_by_role("heading", name=f"Item {second.pk}")).to_be_visible()
-    expect(page.locator("details.guidelines")).to_have_attribute("open", "")  # ...stays open
+    expect(page.locator("details.playbook")).to_have_attribute("open", "")  # ...stays open
     expect(page.locator("progress")).to_have_attribute("value", "1")
 
     decided = Decision.objects.standing().get(item=first)
@@ -731,15 +733,15 @@ def test_the_curators_examples_list_and_page_agree(live_server: Any, browser: Br
     page.context.close()
 
 
-def test_wide_screens_keep_the_guidelines_beside_the_work_and_the_api_docs_lead_back(
+def test_wide_screens_keep_the_playbook_beside_the_work_and_the_api_docs_lead_back(
     live_server: Any, browser: Browser, reviewer: Any
 ) -> None:
-    queue = QueueFactory(members=[reviewer], guidelines="## Rules\n\nBe brief.")
+    queue = QueueFactory(members=[reviewer], playbook=[("Rules", "Be brief.")])
     ready_items(queue, 1)
     page = browser.new_context(viewport={"width": 1920, "height": 1080}).new_page()
     log_in(page, live_server.url, reviewer.username)
     start_reviewing(page, live_server.url, queue)
-    box = page.locator("details.guidelines").bounding_box()
+    box = page.locator("details.playbook").bounding_box()
     first = page.locator("article[data-label='1']").bounding_box()
     assert box is not None and first is not None
     assert box["x"] > first["x"] + first["width"]  # a side panel, right of the candidates

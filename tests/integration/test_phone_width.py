@@ -43,6 +43,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 PHONE = (390, 844)
 
 # What a page's content really holds, long enough to push a careless layout wider.
+LONG_WORD = "delivery-times-and-tracking-your-new-card-in-the-settings-of-the-app"
 LONG_LINK = "https://support.example.com/help/cards/delivery-times-and-tracking-your-new-card"
 LONG_ANSWER = (
     "Thanks for reaching out! A new card usually arrives within five working days of the "
@@ -71,7 +72,8 @@ def _general_queue(admin_user: Any) -> tuple[Queue, dict[str, list[Any]]]:
     queue = QueueFactory(
         name="Banking support, general questions",
         members=[admin_user],
-        guidelines="## Tone\n\nFriendly and short. Link to " + LONG_LINK,
+        # A rule holds no link; a long word has to wrap all the same.
+        playbook=[("Tone", "Friendly and short. Name the page " + LONG_WORD)],
         reason_tags=["wrong facts", "too long", "asks for card numbers", "impolite"],
     )
     decided = ItemFactory(queue=queue, input_text="When will my new card arrive?")
@@ -286,6 +288,9 @@ def world() -> World:
     triage, triage_values = _triage_queue(admin_user)
     values: dict[str, list[Any]] = {
         "slug": [general.slug, triage.slug],
+        # The general queue's playbook entry, and its version.
+        "key": [1],
+        "number": [1],
         "help:page slug": [page.slug for page in help_pages()],
     }
     for name, found in [*general_values.items(), *triage_values.items()]:

@@ -8,6 +8,7 @@ from django.contrib.auth import authenticate
 from django.core.management import call_command
 
 from icrlhf.ops.demo import DEMO_INTENTS, demo_login_ensure, demo_queue_ensure
+from icrlhf.playbook.selectors import playbook_in_force
 from icrlhf.queues.models import Item, Queue
 
 pytestmark = pytest.mark.django_db
@@ -37,6 +38,9 @@ def test_the_demo_queue_gets_banking77_items_once(
     assert items.count() == len(DEMO_INTENTS)
     assert all(item.status == Item.Status.GENERATING for item in items)
     assert all(item.generations.get().candidates.count() == 4 for item in items)
+    # Its playbook, written once, is what its prompts carry.
+    assert playbook_in_force(queue).number == 1
+    assert "last four digits" in playbook_in_force(queue).text
 
 
 def test_without_banking77_seed_demo_says_what_is_missing_and_seeds_once_it_is_there(

@@ -1,7 +1,7 @@
 """Review-page benchmark: N concurrent reviewers against gunicorn, on loopback.
 
 A throw-away world is seeded with ready items (4 markdown candidates each, retrieved
-examples, the queue's guidelines); gunicorn serves it; each simulated reviewer logs in, takes
+examples, the queue's playbook); gunicorn serves it; each simulated reviewer logs in, takes
 the next item and loads its review page repeatedly, deciding every few loads and moving on,
 with a short think time. Only review-page loads are timed.
 """
@@ -91,6 +91,8 @@ def seed(*, reviewers: int, items: int) -> None:
     from django.contrib.auth.models import User
 
     from icrlhf.generation.models import Candidate, Generation
+    from icrlhf.playbook.models import Version
+    from icrlhf.playbook.services import EntryDraft, version_create
     from icrlhf.queues.models import Item, Queue
 
     queue = Queue.objects.create(
@@ -98,7 +100,16 @@ def seed(*, reviewers: int, items: int) -> None:
         name="Bench",
         n_candidates=4,
         reason_tags=["wrong facts", "too long"],
-        guidelines="## Guidelines\n\n- Be **correct**.\n- Be brief.\n" * 5,
+    )
+    # A playbook of ten rules, shown beside every item.
+    version_create(
+        queue_id=queue.pk,
+        drafts=[
+            EntryDraft(section="Answers", text=f"Rule {number}: be correct, and be brief.")
+            for number in range(10)
+        ],
+        origin=Version.Origin.WRITTEN,
+        author=None,
     )
     for number in range(reviewers):
         user = User.objects.create_user(f"reviewer{number}", password=PASSWORD)

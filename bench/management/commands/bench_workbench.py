@@ -157,6 +157,8 @@ def _reviewer() -> User:
 
 def seed(*, decisions: int, candidates: int) -> None:
     from icrlhf.generation.services import item_create
+    from icrlhf.playbook.models import Version
+    from icrlhf.playbook.services import EntryDraft, version_create
     from icrlhf.queues.models import Queue
 
     reviewer = _reviewer()
@@ -166,7 +168,15 @@ def seed(*, decisions: int, candidates: int) -> None:
         n_candidates=candidates,
         memory_candidates=0,
         reason_tags=["wrong facts", "too long"],
-        guidelines="## Guidelines\n\n- Be **correct**.\n- Be brief.",
+    )
+    version_create(
+        queue_id=queue.pk,
+        drafts=[
+            EntryDraft(section="Answers", text="Be correct."),
+            EntryDraft(section="Answers", text="Be brief."),
+        ],
+        origin=Version.Origin.WRITTEN,
+        author=None,
     )
     queue.members.add(reviewer)  # a reviewer of this queue
     for number in range(decisions):

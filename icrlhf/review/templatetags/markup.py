@@ -1,4 +1,4 @@
-"""LLM output and guidelines as markdown, sanitised: the model's text is untrusted."""
+"""LLM output as markdown, sanitised: the model's text is untrusted."""
 
 import difflib
 import re
