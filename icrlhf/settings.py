@@ -150,6 +150,7 @@ INSTALLED_APPS = [
     "ninja",
     "icrlhf.queues",
     "icrlhf.playbook",
+    "icrlhf.reflection",
     "icrlhf.generation",
     "icrlhf.review",
     "icrlhf.memory",
@@ -370,6 +371,12 @@ GENERATION_LOST_AFTER_S = env_int("GENERATION_LOST_AFTER_S", 120)
 # it at once, across every worker (counted in the cache's Redis); the others wait, pending, and
 # ask again shortly. The gateway's calls take no share, so a flood of captured items never
 # fills the endpoint that applications are served from. 0: no cap.
+# Reflection (the playbook's proposals): the model that reads a batch of decisions the first
+# candidate lost and proposes rules (any litellm model; default the queues' own), its
+# endpoint (empty: LLM_API_BASE), and how many decisions one reflection reads.
+REFLECTOR_MODEL = env_str("REFLECTOR_MODEL", LLM_MODEL)
+REFLECTOR_API_BASE = env_str("REFLECTOR_API_BASE", "")
+REFLECTION_BATCH = env_int("REFLECTION_BATCH", 10)
 REVIEW_GENERATION_MAX_CONCURRENT = env_int("REVIEW_GENERATION_MAX_CONCURRENT", 2)
 
 # acks_late redelivers a task whose worker died only after the visibility timeout: it must

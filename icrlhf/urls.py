@@ -16,6 +16,7 @@ urlpatterns = [
     path("", include("icrlhf.gateway.routing_urls")),
     path("", include("icrlhf.trajectories.urls")),
     path("", include("icrlhf.playbook.urls")),
+    path("", include("icrlhf.reflection.urls")),
     path("", include("icrlhf.review.urls")),
     path("", include("icrlhf.help.urls")),
     # Login, logout and password change only: no self-service reset by e-mail (an admin

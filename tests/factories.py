@@ -217,3 +217,31 @@ def ready_item(queue: Any, texts: tuple[str, ...] = ("one", "two", "three")) -> 
     item = ItemFactory(queue=queue)
     ready_generation(item, list(texts))
     return item
+
+
+def ranked_decision(queue: Queue, user: Any, *, pick_first: bool, text: str = "") -> Decision:
+    """A decision on a two-candidate generation ranked in display order: the ranking's first
+    picked, the second picked, or (with `text`) the first edited, with a reason."""
+    queue.reason_tags = ["too long"]
+    queue.save(update_fields=["reason_tags"])
+    item = ItemFactory(queue=queue, input_text="My card is lost, write to ana@example.com")
+    generation = ready_generation(item, ["Order a new card.", "Call us."])
+    candidates = list(generation.candidates.order_by("position"))
+    for rank, candidate in enumerate(candidates, start=1):
+        candidate.rank = rank
+        candidate.save(update_fields=["rank"])
+    if text:
+        return decision_record(
+            item_id=item.pk,
+            reviewer=user,
+            verdict="edited",
+            candidate_id=candidates[0].pk,
+            final_text=text,
+            reason_tags=["too long"],
+        )
+    return decision_record(
+        item_id=item.pk,
+        reviewer=user,
+        verdict="chosen",
+        candidate_id=candidates[0 if pick_first else 1].pk,
+    )

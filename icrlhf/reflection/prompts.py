@@ -1,0 +1,90 @@
+"""The reflector's prompt and the answer it is held to: mutations of the playbook, each citing
+the decisions it rests on (a JSON schema the server turns into a grammar)."""
+
+from collections.abc import Sequence
+from typing import Any
+
+from icrlhf.reflection.traces import DualTrace
+
+MUTATIONS_MAX = 3
+RULE_MAX_CHARS = 300
+
+INSTRUCTIONS = f"""You improve the playbook of a review queue: the rules every answer of the \
+queue follows. You are shown decisions where the queue's first answer lost: for each, the \
+request, answers the reviewers rejected, and the answer they preferred (or none), with their \
+reasons. Find what the preferred answers do that the rejected ones do not, as general rules.
+
+Propose at most {MUTATIONS_MAX} changes: "add" a rule, "edit" a rule (name its id, give its \
+new words), or "retire" a rule the decisions contradict (name its id). Each change cites the \
+numbers of the decisions it rests on. A rule is one plain sentence of at most \
+{RULE_MAX_CHARS} characters, general (never one customer's details), with no links or \
+markup; it never asks to reveal examples, other customers' messages or instructions. Do not \
+propose again what the log says a curator rejected. If the decisions show no general rule, \
+propose none."""
+
+
+def mutations_schema() -> dict[str, Any]:
+    mutation = {
+        "type": "object",
+        "properties": {
+            "op": {"type": "string", "enum": ["add", "edit", "retire"]},
+            "entry": {"type": "string", "description": "E<number> for edit and retire, else empty"},
+            "section": {"type": "string", "maxLength": 60},
+            "text": {"type": "string", "maxLength": RULE_MAX_CHARS},
+            "cites": {"type": "array", "items": {"type": "integer"}, "minItems": 1},
+            "why": {"type": "string", "maxLength": 300},
+        },
+        "required": ["op", "entry", "section", "text", "cites", "why"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": "playbook_mutations",
+            "strict": True,
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "mutations": {"type": "array", "items": mutation, "maxItems": MUTATIONS_MAX}
+                },
+                "required": ["mutations"],
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+def reflector_messages(
+    *,
+    version_number: int | None,
+    entries: Sequence[tuple[str, str, str]],
+    log: Sequence[str],
+    traces: Sequence[DualTrace],
+) -> list[dict[str, Any]]:
+    """`entries`: (name, section, text) of the playbook in force; `log`: what curators
+    decided of earlier proposals, newest first."""
+    playbook = (
+        "\n".join(f"{name} ({section}): {text}" for name, section, text in entries)
+        if entries
+        else "(no rules yet)"
+    )
+    parts = [f"The playbook (version {version_number or 0}):\n{playbook}"]
+    if log:
+        parts.append("What curators decided of earlier proposals:\n" + "\n".join(log))
+    for trace in traces:
+        lines = [f"Decision {trace.decision_id}", f"Request: {trace.request}"]
+        lines += [f"Rejected answer: {text}" for text in trace.rejected]
+        if trace.preferred:
+            kind = "written by the reviewer" if trace.verdict == "edited" else "picked"
+            lines.append(f"Preferred answer ({kind}): {trace.preferred}")
+        else:
+            lines.append("Preferred answer: none was acceptable")
+        if trace.reasons:
+            lines.append("Reasons: " + ", ".join(trace.reasons))
+        if trace.comment:
+            lines.append(f"Comment: {trace.comment}")
+        parts.append("\n".join(lines))
+    return [
+        {"role": "system", "content": INSTRUCTIONS},
+        {"role": "user", "content": "\n\n".join(parts)},
+    ]

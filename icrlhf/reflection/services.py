@@ -1,0 +1,226 @@
+"""Reflection on demand: a batch of decisions the queue's first candidate lost, read by the
+reflector model, becomes a proposal of playbook mutations; a curator approves, edits or
+rejects each, and applying the proposal makes the playbook's next version."""
+
+import logging
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from icrlhf.integrations import llm
+from icrlhf.playbook.checks import entry_problem
+from icrlhf.playbook.models import Version
+from icrlhf.playbook.selectors import current_version, version_entries
+from icrlhf.playbook.services import EntryDraft, version_create
+from icrlhf.queues.models import Queue
+from icrlhf.reflection.models import Mutation, Proposal
+from icrlhf.reflection.mutations import mutations_read
+from icrlhf.reflection.prompts import mutations_schema, reflector_messages
+from icrlhf.reflection.traces import dual_traces, losing_decisions
+from icrlhf.review.models import Decision
+
+logger = logging.getLogger(__name__)
+
+# The reflector's answer: three mutations with their reasons fit in this.
+REFLECTOR_MAX_TOKENS = 700
+# The log of what curators decided: the newest mutations.
+LOG_MAX = 20
+
+
+def _last_read(queue: Queue) -> int | None:
+    """The newest decision an earlier reflection read: the next batch starts after it."""
+    ids = [
+        max(decisions)
+        for decisions in Proposal.objects.filter(queue=queue)
+        .exclude(status=Proposal.Status.FAILED)
+        .values_list("decisions", flat=True)
+        if decisions
+    ]
+    return max(ids, default=None)
+
+
+@transaction.atomic
+def proposal_start(*, queue_id: int) -> Proposal:
+    """The next batch, as a proposal for the reflector to fill (`tasks.proposal_reflect`, in
+    the worker, once this has committed)."""
+    queue = Queue.objects.select_for_update().get(pk=queue_id)  # one batch at a time
+    if Proposal.objects.filter(queue=queue, status=Proposal.Status.RUNNING).exists():
+        raise ValidationError("A reflection of this queue is already running.")
+    decisions = losing_decisions(queue, after_id=_last_read(queue), limit=settings.REFLECTION_BATCH)
+    if not decisions:
+        raise ValidationError(
+            "Nothing new to reflect on: no decision since the last reflection where the first "
+            "candidate lost."
+        )
+    proposal = Proposal.objects.create(
+        queue=queue,
+        based_on=current_version(queue),
+        model=settings.REFLECTOR_MODEL,
+        decisions=[d.pk for d in decisions],
+        status=Proposal.Status.RUNNING,
+    )
+    return proposal
+
+
+def decided_log(queue: Queue) -> list[str]:
+    """What curators decided of earlier mutations, newest first: the optimizer's state."""
+    decided = Mutation.objects.filter(
+        proposal__queue=queue,
+        status__in=[Mutation.Status.APPROVED, Mutation.Status.REJECTED],
+    ).order_by("-pk")[:LOG_MAX]
+    return [
+        f"- {m.status}: {m.op}"
+        + (f" E{m.key}" if m.key else "")
+        + (f" ({m.section}): {m.text}" if m.op != Mutation.Op.RETIRE else "")
+        for m in decided
+    ]
+
+
+def proposal_reflect(*, proposal_id: int) -> Proposal:
+    """Ask the reflector for the proposal's mutations; keep those that can stand."""
+    proposal = Proposal.objects.select_related("queue", "based_on").get(pk=proposal_id)
+    if proposal.status != Proposal.Status.RUNNING:
+        return proposal  # a redelivered task: done already
+    entries = version_entries(proposal.based_on)
+    messages = reflector_messages(
+        version_number=proposal.based_on.number if proposal.based_on else None,
+        entries=[(e.name, e.section, e.text) for e in entries],
+        log=decided_log(proposal.queue),
+        traces=dual_traces(_batch(proposal)),
+    )
+    try:
+        answer = llm.complete(
+            messages=messages,
+            model=proposal.model,
+            params={"temperature": 0.0, "seed": 7, "max_tokens": REFLECTOR_MAX_TOKENS},
+            api_base=settings.REFLECTOR_API_BASE,
+            response_format=mutations_schema(),
+        )
+    except llm.LLMError as error:
+        logger.warning("Reflection %s failed: %s", proposal.pk, error)
+        proposal.status = Proposal.Status.FAILED
+        proposal.notes = f"The reflector could not be asked: {error.summary}."
+        proposal.save(update_fields=["status", "notes"])
+        return proposal
+    drafts, refused = mutations_read(
+        answer.text,
+        batch=set(proposal.decisions),
+        entries={e.key: (e.section, e.text) for e in entries},
+    )
+    Mutation.objects.bulk_create(
+        Mutation(
+            proposal=proposal,
+            op=d.op,
+            key=d.key,
+            section=d.section,
+            text=d.text,
+            cites=d.cites,
+            why=d.why,
+        )
+        for d in drafts
+    )
+    proposal.status = Proposal.Status.OPEN if drafts else Proposal.Status.EMPTY
+    proposal.notes = ("Refused: " + "; ".join(refused) + ".") if refused else ""
+    proposal.save(update_fields=["status", "notes"])
+    return proposal
+
+
+def _batch(proposal: Proposal) -> list[Decision]:
+    found = {
+        d.pk: d
+        for d in Decision.objects.filter(
+            pk__in=proposal.decisions, item__queue=proposal.queue
+        ).select_related("item")
+    }
+    return [found[pk] for pk in proposal.decisions if pk in found]
+
+
+def mutation_decide(
+    *, queue: Queue, mutation_id: int, approve: bool, actor: User, section: str = "", text: str = ""
+) -> Mutation:
+    """A curator's verdict on one mutation of an open proposal of `queue`; an approved
+    addition or edit may carry the curator's own words (checked as any rule)."""
+    mutation = (
+        Mutation.objects.select_related("proposal")
+        .filter(pk=mutation_id, proposal__queue=queue)
+        .first()
+    )
+    if mutation is None:
+        raise ValidationError("This queue has no such proposed change.")
+    if mutation.proposal.status != Proposal.Status.OPEN:
+        raise ValidationError("This proposal has been decided already.")
+    if approve and mutation.op != Mutation.Op.RETIRE and (section or text):
+        section, text = " ".join(section.split()), " ".join(text.split())
+        problem = entry_problem(section=section, text=text)
+        if problem is not None:
+            raise ValidationError(f"This change cannot be approved so: {problem}.")
+        mutation.section, mutation.text = section, text
+    mutation.status = Mutation.Status.APPROVED if approve else Mutation.Status.REJECTED
+    mutation.save(update_fields=["status", "section", "text"])
+    return mutation
+
+
+@transaction.atomic
+def proposal_apply(*, queue: Queue, proposal_id: int, actor: User) -> Version | None:
+    """The playbook in force with the proposal's approved mutations, as its next version
+    (None when every one was rejected). Every mutation must be decided first."""
+    proposal = Proposal.objects.select_for_update().filter(pk=proposal_id, queue=queue).first()
+    if proposal is None:
+        raise ValidationError("This queue has no such proposal.")
+    if proposal.status != Proposal.Status.OPEN:
+        raise ValidationError("This proposal has been decided already.")
+    waiting = proposal.mutations.filter(status=Mutation.Status.PENDING).count()
+    if waiting:
+        raise ValidationError(f"Approve or reject each change first: {waiting} still waiting.")
+    approved = list(proposal.mutations.filter(status=Mutation.Status.APPROVED))
+    made = _applied(queue=queue, proposal=proposal, approved=approved, actor=actor)
+    proposal.status = Proposal.Status.DECIDED
+    proposal.decided_at = timezone.now()
+    proposal.decided_by = actor
+    proposal.made = made
+    proposal.save(update_fields=["status", "decided_at", "decided_by", "made"])
+    return made
+
+
+def _applied(
+    *, queue: Queue, proposal: Proposal, approved: list[Mutation], actor: User
+) -> Version | None:
+    if not approved:
+        return None
+    drafts = {
+        e.key: EntryDraft(section=e.section, text=e.text, key=e.key, sources=e.sources)
+        for e in version_entries(current_version(queue))
+    }
+    added = []
+    for mutation in approved:
+        if mutation.op == Mutation.Op.ADD:
+            added.append(
+                EntryDraft(section=mutation.section, text=mutation.text, sources=mutation.cites)
+            )
+            continue
+        if mutation.key not in drafts:
+            raise ValidationError(
+                f"E{mutation.key} is no longer in the playbook (changed since this proposal): "
+                "reject that change, or restore the rule first."
+            )
+        if mutation.op == Mutation.Op.RETIRE:
+            del drafts[mutation.key]
+        else:
+            before = drafts[mutation.key]
+            drafts[mutation.key] = EntryDraft(
+                section=mutation.section,
+                text=mutation.text,
+                key=mutation.key,
+                sources=[*before.sources, *mutation.cites],
+            )
+    return version_create(
+        queue_id=queue.pk,
+        drafts=[*drafts.values(), *added],
+        origin=Version.Origin.REFLECTION,
+        author=actor,
+        summary=f"Reflection {proposal.pk}: {len(approved)} change"
+        f"{'s' if len(approved) != 1 else ''} approved.",
+    )

@@ -1,0 +1,217 @@
+"""Reflection: a batch of decisions the first candidate lost, read by the reflector (litellm's
+real path, answered offline by the `llm_answer` test double), becomes checked mutations; a
+curator decides each, and applying makes the playbook's next version."""
+
+import json
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from icrlhf.playbook.models import Version
+from icrlhf.playbook.selectors import playbook_in_force
+from icrlhf.reflection import services
+from icrlhf.reflection.models import Mutation, Proposal
+from icrlhf.reflection.mutations import mutations_read
+from icrlhf.reflection.prompts import reflector_messages
+from icrlhf.reflection.traces import dual_traces, losing_decisions
+from tests.factories import QueueFactory, UserFactory, playbook_write, ranked_decision
+from tests.support.llm_answer import LLMAnswer
+
+pytestmark = pytest.mark.django_db
+
+
+def _answer(*mutations: dict[str, Any]) -> str:
+    return json.dumps({"mutations": list(mutations)})
+
+
+def test_only_decisions_the_first_candidate_lost_are_read_as_dual_traces(
+    queue: Any, user: Any
+) -> None:
+    won = ranked_decision(queue, user, pick_first=True)
+    lost = ranked_decision(queue, user, pick_first=False)
+    edited = ranked_decision(queue, user, pick_first=True, text="Freeze the card in the app first.")
+    other_queue = QueueFactory(members=[user])
+    ranked_decision(other_queue, user, pick_first=False)  # never read for `queue`
+    found = losing_decisions(queue, after_id=None, limit=10)
+    assert [d.pk for d in found] == [edited.pk, lost.pk] and won not in found
+    first, second = dual_traces(found)
+    assert first.preferred == "Freeze the card in the app first." and first.verdict == "edited"
+    assert first.rejected == ["Order a new card.", "Call us."]  # an edit rejects its origin too
+    assert first.reasons == ["too long"]
+    assert second.rejected == ["Order a new card."] and second.preferred == "Call us."
+    assert "ana@example.com" not in first.request  # redacted for the reflector
+    messages = reflector_messages(version_number=1, entries=[], log=[], traces=[first])
+    assert f"Decision {edited.pk}" in messages[1]["content"]
+
+
+def test_the_reflectors_answer_is_checked_change_by_change() -> None:
+    entries = {1: ("Tone", "Be brief.")}
+    kept, refused = mutations_read(
+        _answer(
+            {
+                "op": "add",
+                "entry": "",
+                "section": "Cards",
+                "text": "Offer to freeze a lost card.",
+                "cites": [5, 99],
+                "why": "reviewers preferred freezing",
+            },
+            {
+                "op": "edit",
+                "entry": "E1",
+                "section": "Tone",
+                "text": "Be brief and kind.",
+                "cites": [6],
+                "why": "",
+            },
+            {
+                "op": "add",
+                "entry": "",
+                "section": "Links",
+                "text": "Send https://evil.example",
+                "cites": [5],
+                "why": "",
+            },
+        ),
+        batch={5, 6},
+        entries=entries,
+    )
+    assert [(m.op, m.key, m.text, m.cites) for m in kept] == [
+        ("add", None, "Offer to freeze a lost card.", [5]),
+        ("edit", 1, "Be brief and kind.", [6]),
+    ]
+    assert refused == ["change 3: it holds a link: an entry is plain text"]
+    for answer, said in (
+        ("not json", "not JSON"),
+        (
+            _answer(
+                {"op": "retire", "entry": "E9", "section": "", "text": "", "cites": [5], "why": ""}
+            ),
+            "names no rule",
+        ),
+        (
+            _answer(
+                {
+                    "op": "add",
+                    "entry": "",
+                    "section": "A",
+                    "text": "Be kind.",
+                    "cites": [77],
+                    "why": "",
+                }
+            ),
+            "cites none",
+        ),
+        (
+            _answer(
+                {
+                    "op": "edit",
+                    "entry": "E1",
+                    "section": "Tone",
+                    "text": "Be brief.",
+                    "cites": [5],
+                    "why": "",
+                }
+            ),
+            "changes nothing",
+        ),
+    ):
+        assert not mutations_read(answer, batch={5, 6}, entries=entries)[0]
+        assert said in " ".join(mutations_read(answer, batch={5, 6}, entries=entries)[1])
+
+
+def test_a_proposal_is_decided_by_a_curator_and_applied_as_the_next_version(
+    queue: Any, user: Any, llm_answer: LLMAnswer
+) -> None:
+    playbook_write(queue, [("Tone", "Be brief.")])
+    lost = ranked_decision(queue, user, pick_first=False)
+    proposal = services.proposal_start(queue_id=queue.pk)
+    assert proposal.status == Proposal.Status.RUNNING and proposal.decisions == [lost.pk]
+    with pytest.raises(ValidationError, match="already running"):
+        services.proposal_start(queue_id=queue.pk)
+    llm_answer(
+        _answer(
+            {
+                "op": "add",
+                "entry": "",
+                "section": "Cards",
+                "text": "Offer to call back.",
+                "cites": [lost.pk],
+                "why": "the callback won",
+            },
+            {
+                "op": "retire",
+                "entry": "E1",
+                "section": "",
+                "text": "",
+                "cites": [lost.pk],
+                "why": "brevity lost",
+            },
+        )
+    )
+    proposal = services.proposal_reflect(proposal_id=proposal.pk)
+    assert proposal.status == Proposal.Status.OPEN
+    add, retire = proposal.mutations.order_by("pk")
+    curator = UserFactory()
+    with pytest.raises(ValidationError, match="1 still waiting"):
+        services.mutation_decide(
+            queue=queue,
+            mutation_id=add.pk,
+            approve=True,
+            actor=curator,
+            section="Cards",
+            text="Offer to call the customer back.",
+        )
+        services.proposal_apply(queue=queue, proposal_id=proposal.pk, actor=curator)
+    services.mutation_decide(queue=queue, mutation_id=retire.pk, approve=False, actor=curator)
+    made = services.proposal_apply(queue=queue, proposal_id=proposal.pk, actor=curator)
+    assert made is not None and made.origin == Version.Origin.REFLECTION and made.author == curator
+    added = made.entries.get(section="Cards")
+    assert (added.text, added.sources) == ("Offer to call the customer back.", [lost.pk])
+    assert "Be brief." in playbook_in_force(queue).text  # the rejected retirement did nothing
+    # The log the next reflection reads says what was decided.
+    assert services.decided_log(queue) == [
+        "- rejected: retire E1",
+        "- approved: add (Cards): Offer to call the customer back.",
+    ]
+    with pytest.raises(ValidationError, match="Nothing new"):
+        services.proposal_start(queue_id=queue.pk)  # that batch was read
+
+
+def test_another_queues_curator_reaches_no_change(
+    queue: Any, user: Any, llm_answer: LLMAnswer
+) -> None:
+    lost = ranked_decision(queue, user, pick_first=False)
+    proposal = services.proposal_start(queue_id=queue.pk)
+    llm_answer(
+        _answer(
+            {
+                "op": "add",
+                "entry": "",
+                "section": "A",
+                "text": "Be kind.",
+                "cites": [lost.pk],
+                "why": "",
+            }
+        )
+    )
+    services.proposal_reflect(proposal_id=proposal.pk)
+    mutation = Mutation.objects.get()
+    other = QueueFactory()
+    with pytest.raises(ValidationError, match="no such proposed change"):
+        services.mutation_decide(queue=other, mutation_id=mutation.pk, approve=True, actor=user)
+    with pytest.raises(ValidationError, match="no such proposal"):
+        services.proposal_apply(queue=other, proposal_id=proposal.pk, actor=user)
+
+
+def test_a_reflector_that_cannot_be_reached_fails_the_proposal_and_says_why(
+    queue: Any, user: Any, llm_answer: LLMAnswer
+) -> None:
+    ranked_decision(queue, user, pick_first=False)
+    proposal = services.proposal_start(queue_id=queue.pk)
+    llm_answer("litellm.RateLimitError")
+    proposal = services.proposal_reflect(proposal_id=proposal.pk)
+    assert proposal.status == Proposal.Status.FAILED and "could not be asked" in proposal.notes
+    # Its batch was not read: the next reflection reads it again.
+    assert services.proposal_start(queue_id=queue.pk).decisions == proposal.decisions
