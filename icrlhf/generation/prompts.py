@@ -297,6 +297,11 @@ def conversation_prompt(
     return system_prompt.strip(), turns, request
 
 
+def playbook_block(version: int | str | None, text: str) -> str:
+    """The playbook as the system message carries it (a replay swaps it for a draft's)."""
+    return f"The playbook (version {version}), rules your answer follows:\n{text.strip()}"
+
+
 def messages_build(
     *,
     system_prompt: str,
@@ -321,10 +326,7 @@ def messages_build(
     (`attempts_feedback`)."""
     system_parts = [system_prompt.strip(), instructions.strip()]
     if playbook.strip():
-        system_parts.append(
-            f"The playbook (version {playbook_version}), rules your answer follows:\n"
-            f"{playbook.strip()}"
-        )
+        system_parts.append(playbook_block(playbook_version, playbook))
     most_similar_last = [e for e in reversed(examples) if not e.format_only]
     # Least similar first, and before every other example: furthest from the request. Only
     # their form is sent, whatever they hold (`call_form`).

@@ -38,6 +38,14 @@ class Proposal(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    # The replay of the draft (the playbook with every proposed change) on the batch's
+    # failures and a sample of successes: how many of each now get the reviewer's answer,
+    # and how that was scored (none: not replayed).
+    replay_fixed = models.PositiveSmallIntegerField(null=True, blank=True)
+    replay_failures = models.PositiveSmallIntegerField(null=True, blank=True)
+    replay_broke = models.PositiveSmallIntegerField(null=True, blank=True)
+    replay_successes = models.PositiveSmallIntegerField(null=True, blank=True)
+    replay_scored_by = models.CharField(max_length=40, blank=True)
     # The playbook version its approved mutations made (none: all rejected).
     made = models.ForeignKey(
         Version, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -19,6 +19,7 @@ from icrlhf.queues.models import Queue
 from icrlhf.reflection.models import Mutation, Proposal
 from icrlhf.reflection.mutations import mutations_read
 from icrlhf.reflection.prompts import mutations_schema, reflector_messages
+from icrlhf.reflection.replay import replay
 from icrlhf.reflection.traces import dual_traces, losing_decisions
 from icrlhf.review.models import Decision
 
@@ -85,11 +86,12 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
     if proposal.status != Proposal.Status.RUNNING:
         return proposal  # a redelivered task: done already
     entries = version_entries(proposal.based_on)
+    batch = _batch(proposal)
     messages = reflector_messages(
         version_number=proposal.based_on.number if proposal.based_on else None,
         entries=[(e.name, e.section, e.text) for e in entries],
         log=decided_log(proposal.queue),
-        traces=dual_traces(_batch(proposal)),
+        traces=dual_traces(batch),
     )
     try:
         answer = llm.complete(
@@ -122,9 +124,19 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
         )
         for d in drafts
     )
+    notes = [("Refused: " + "; ".join(refused) + ".")] if refused else []
+    if drafts:
+        try:
+            tried = replay(proposal=proposal, failures=batch, entries=entries)
+        except llm.LLMError as error:
+            notes.append(f"The replay could not be run: {error.summary}.")
+        else:
+            proposal.replay_fixed, proposal.replay_failures = tried.fixed, tried.failures
+            proposal.replay_broke, proposal.replay_successes = tried.broke, tried.successes
+            proposal.replay_scored_by = tried.scored_by
     proposal.status = Proposal.Status.OPEN if drafts else Proposal.Status.EMPTY
-    proposal.notes = ("Refused: " + "; ".join(refused) + ".") if refused else ""
-    proposal.save(update_fields=["status", "notes"])
+    proposal.notes = " ".join(notes)
+    proposal.save()
     return proposal
 
 
@@ -133,7 +145,7 @@ def _batch(proposal: Proposal) -> list[Decision]:
         d.pk: d
         for d in Decision.objects.filter(
             pk__in=proposal.decisions, item__queue=proposal.queue
-        ).select_related("item")
+        ).select_related("item", "generation", "generation__playbook")
     }
     return [found[pk] for pk in proposal.decisions if pk in found]
 
