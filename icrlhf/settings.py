@@ -430,6 +430,8 @@ WEBHOOK_ALLOW_PRIVATE = env_bool("WEBHOOK_ALLOW_PRIVATE", False)
 REDACTION_PHONE_REGION = env_str("REDACTION_PHONE_REGION", "US")
 # How often queues with new decisions get their ranking's confidence refitted.
 CALIBRATION_REFIT_INTERVAL_S = env_int("CALIBRATION_REFIT_INTERVAL_S", 300)
+# How often queues that reflect by themselves (their `reflect_after`) are checked.
+REFLECTION_CHECK_INTERVAL_S = env_int("REFLECTION_CHECK_INTERVAL_S", 600)
 
 # --- The gateway: the OpenAI-compatible endpoint applications call ------------------------------
 # Requests per minute per token (counted atomically in the cache, like the API's).

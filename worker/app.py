@@ -57,6 +57,11 @@ def schedule_periodic_tasks(sender: Celery, **_: object) -> None:
         name="remove what end users wrote from gateway calls past CALL_RETENTION_DAYS",
     )
     sender.add_periodic_task(
+        settings.REFLECTION_CHECK_INTERVAL_S,
+        sender.signature("reflection.reflect_due"),
+        name="reflect on the playbooks of queues with enough new decisions the first lost",
+    )
+    sender.add_periodic_task(
         settings.CALIBRATION_REFIT_INTERVAL_S,
         sender.signature("review.calibrations_refit"),
         name="refit the confidence of queues with new decisions",

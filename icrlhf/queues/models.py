@@ -223,6 +223,13 @@ class Queue(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(5)],
         help_text="Above 1, each reviewer decides independently and agreement is recorded.",
     )
+    reflect_after = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Reflect on the playbook by itself once this many new decisions lost the first "
+        "candidate (the proposal still waits for a curator). Empty: only on demand.",
+    )
     reason_tags = models.JSONField(
         default=list,
         blank=True,

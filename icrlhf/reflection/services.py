@@ -66,6 +66,22 @@ def proposal_start(*, queue_id: int) -> Proposal:
     return proposal
 
 
+def proposals_due() -> list[Proposal]:
+    """Proposals started for the queues that reflect by themselves and have, since their last
+    reflection, at least their `reflect_after` decisions the first candidate lost."""
+    started = []
+    for queue in Queue.objects.filter(reflect_after__isnull=False):
+        assert queue.reflect_after is not None
+        waiting = losing_decisions(queue, after_id=_last_read(queue), limit=queue.reflect_after)
+        if len(waiting) < queue.reflect_after:
+            continue
+        try:
+            started.append(proposal_start(queue_id=queue.pk))
+        except ValidationError:  # one is running, or another check started it meanwhile
+            continue
+    return started
+
+
 def decided_log(queue: Queue) -> list[str]:
     """What curators decided of earlier mutations, newest first: the optimizer's state."""
     decided = Mutation.objects.filter(

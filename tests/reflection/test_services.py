@@ -215,3 +215,19 @@ def test_a_reflector_that_cannot_be_reached_fails_the_proposal_and_says_why(
     assert proposal.status == Proposal.Status.FAILED and "could not be asked" in proposal.notes
     # Its batch was not read: the next reflection reads it again.
     assert services.proposal_start(queue_id=queue.pk).decisions == proposal.decisions
+
+
+def test_a_queue_reflects_by_itself_once_enough_new_decisions_lost_the_first(
+    user: Any,
+) -> None:
+    queue = QueueFactory(members=[user], reflect_after=2)
+    untouched = QueueFactory(members=[user])  # on demand only
+    ranked_decision(untouched, user, pick_first=False)
+    ranked_decision(untouched, user, pick_first=False)
+    ranked_decision(queue, user, pick_first=False)
+    ranked_decision(queue, user, pick_first=True)  # a success is no evidence
+    assert services.proposals_due() == []
+    ranked_decision(queue, user, pick_first=False)
+    (started,) = services.proposals_due()
+    assert started.queue == queue and len(started.decisions) == 2
+    assert services.proposals_due() == []  # running, and nothing new
