@@ -88,9 +88,12 @@ def world(user: Any) -> dict[str, str]:
     playbook_write(queue, [("Tone", "Be brief.")])
     return {
         "trajectory_id": str(trajectory.pk),
-        # The playbook's first entry and version.
+        # The playbook's first entry and version; a proposal and a change (none need exist:
+        # every such route refuses an outsider before it looks).
         "key": "1",
         "number": "1",
+        "proposal_id": "1",
+        "mutation_id": "1",
         "automation_id": str(automation.pk),
         "slug": queue.slug,
         "item_id": str(item.pk),

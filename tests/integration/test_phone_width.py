@@ -288,9 +288,12 @@ def world() -> World:
     triage, triage_values = _triage_queue(admin_user)
     values: dict[str, list[Any]] = {
         "slug": [general.slug, triage.slug],
-        # The general queue's playbook entry, and its version.
+        # The general queue's playbook entry, and its version; a proposal and a change (their
+        # routes take POSTs only).
         "key": [1],
         "number": [1],
+        "proposal_id": [1],
+        "mutation_id": [1],
         "help:page slug": [page.slug for page in help_pages()],
     }
     for name, found in [*general_values.items(), *triage_values.items()]:

@@ -12,7 +12,6 @@ from icrlhf.queues.models import Queue
 BEFORE = [("queues", "0023_format_examples_off_by_default")]
 # Back: the guidelines return with the playbook's data migration undone (its first).
 UNDONE = [*BEFORE, ("playbook", "0001_initial")]
-AFTER = [("queues", "0024_guidelines_to_playbooks")]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -29,7 +28,7 @@ def test_guidelines_become_the_first_version_and_back() -> None:
     old.objects.create(slug="empty", name="Empty", guidelines="")
 
     executor = MigrationExecutor(connection)
-    executor.migrate(AFTER)
+    executor.migrate(executor.loader.graph.leaf_nodes())  # 0024, and every later migration
     cards = Queue.objects.get(slug="cards")
     version = Version.objects.get(queue=cards)
     assert (version.number, version.origin) == (3, Version.Origin.GUIDELINES)
@@ -47,4 +46,5 @@ def test_guidelines_become_the_first_version_and_back() -> None:
         back.guidelines
         == "## Cards\n- Ask for the last four digits.\n\n## Guidelines\n- Be correct."
     )
-    MigrationExecutor(connection).migrate(AFTER)
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())

@@ -34,7 +34,8 @@ def test_the_boolean_maps_to_the_safe_setting_and_back() -> None:
     executor.migrate(BEFORE)
     old = executor.loader.project_state(BEFORE).apps.get_model("queues", "Queue")
     assert dict(old.objects.values_list("slug", "format_examples")) == {"on": True, "off": False}
-    MigrationExecutor(connection).migrate(AFTER)
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())  # as the other tests expect it
 
 
 @pytest.mark.django_db
