@@ -32,7 +32,7 @@ def mutations_read(
     try:
         answer = json.loads(text)
     except json.JSONDecodeError:
-        return [], ["the answer is not JSON"]
+        return [], [f"the answer is not JSON (it begins {' '.join(text.split())[:80]!r})"]
     rows = answer.get("mutations") if isinstance(answer, dict) else None
     if not isinstance(rows, list):
         return [], ['the answer has no list of "mutations"']

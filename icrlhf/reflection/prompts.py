@@ -7,7 +7,8 @@ from typing import Any
 from icrlhf.reflection.traces import DualTrace
 
 MUTATIONS_MAX = 3
-RULE_MAX_CHARS = 300
+RULE_MAX_CHARS = 200
+WHY_MAX_CHARS = 160
 
 INSTRUCTIONS = f"""You improve the playbook of a review queue: the rules every answer of the \
 queue follows. You are shown decisions where the queue's first answer lost: for each, the \
@@ -28,11 +29,13 @@ def mutations_schema() -> dict[str, Any]:
         "type": "object",
         "properties": {
             "op": {"type": "string", "enum": ["add", "edit", "retire"]},
-            "entry": {"type": "string", "description": "E<number> for edit and retire, else empty"},
+            "entry": {"type": "string", "maxLength": 6},
             "section": {"type": "string", "maxLength": 60},
             "text": {"type": "string", "maxLength": RULE_MAX_CHARS},
-            "cites": {"type": "array", "items": {"type": "integer"}, "minItems": 1},
-            "why": {"type": "string", "maxLength": 300},
+            # Bounded, as every field is: a weak model held to a grammar may otherwise list
+            # numbers until its tokens run out.
+            "cites": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 10},
+            "why": {"type": "string", "maxLength": WHY_MAX_CHARS},
         },
         "required": ["op", "entry", "section", "text", "cites", "why"],
         "additionalProperties": False,

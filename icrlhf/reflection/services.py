@@ -25,7 +25,7 @@ from icrlhf.review.models import Decision
 
 logger = logging.getLogger(__name__)
 
-# The reflector's answer: three mutations with their reasons fit in this.
+# The reflector's answer: three mutations at their schema's longest (about 350 tokens) fit.
 REFLECTOR_MAX_TOKENS = 700
 # The log of what curators decided: the newest mutations.
 LOG_MAX = 20
