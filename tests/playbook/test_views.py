@@ -143,3 +143,17 @@ def test_changes_need_the_csrf_token(queue: Any, people: dict[str, Any]) -> None
     refused = client.post(f"/q/{queue.slug}/playbook/entries/1/retire/")
     assert refused.status_code == 403
     assert Version.objects.filter(queue=queue).count() == 1
+
+
+def test_a_refused_edit_keeps_what_was_typed_open_beside_the_reason(
+    queue: Any, people: dict[str, Any]
+) -> None:
+    response = _client(people["curator"]).post(
+        f"/q/{queue.slug}/playbook/entries/1/",
+        {"e1-section": "Tone", "e1-text": "Be brief; see www.evil.example"},
+    )
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert "holds a link" in page and "Be brief; see www.evil.example" in page
+    assert "<details open>" in page and "Entry 1:" not in page
+    assert Version.objects.filter(queue=queue).count() == 1
