@@ -39,6 +39,13 @@ def queue(people: dict[str, Any]) -> Any:
     return queue
 
 
+def test_a_queue_without_a_playbook_says_so(people: dict[str, Any]) -> None:
+    empty = QueueFactory(curators=[people["curator"]])
+    page = _client(people["curator"]).get(f"/q/{empty.slug}/playbook/")
+    assert page.status_code == 200 and "No rules yet" in page.content.decode()
+    assert "No versions yet." in page.content.decode()
+
+
 def test_members_read_it_and_only_curators_see_the_forms(
     queue: Any, people: dict[str, Any]
 ) -> None:
