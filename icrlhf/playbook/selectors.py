@@ -57,7 +57,8 @@ def versions_history(queue: Queue, *, limit: int = 30) -> list[VersionChanges]:
     """The newest `limit` versions, each with its changes (two queries)."""
     versions = list(versions_of(queue).prefetch_related("entries")[: limit + 1])
     history = []
-    for version, before in zip(versions, [*versions[1:], None], strict=True):
+    for number, version in enumerate(versions):
+        before = versions[number + 1] if number + 1 < len(versions) else None
         now = {e.key: e for e in version.entries.all()}
         then = {e.key: e for e in before.entries.all()} if before is not None else {}
         history.append(

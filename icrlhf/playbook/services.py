@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import F
 
 from icrlhf.integrations.redaction import redact
 from icrlhf.playbook.checks import entry_problem
@@ -37,7 +37,7 @@ def entry_draft_clean(draft: EntryDraft) -> EntryDraft:
     text = redact(" ".join(draft.text.split())).text
     problem = entry_problem(section=section, text=text)
     if problem is not None:
-        raise ValidationError(f"This entry cannot be saved: {problem}.")
+        raise ValidationError(f"This rule cannot be saved: {problem}.")
     return EntryDraft(section=section, text=text, key=draft.key, sources=tuple(draft.sources))
 
 
@@ -69,9 +69,10 @@ def version_create(
             raise ValidationError(f"Entry {position}: {error.messages[0]}") from error
     current = current_version(queue)
     in_force = {(e.section, e.text): e for e in version_entries(current)}
-    known = {(e.key, e.section, e.text): e for e in Entry.objects.filter(queue=queue)}
-    latest_of_key = {e.key: e for e in Entry.objects.filter(queue=queue).order_by("pk")}
-    next_key = (Entry.objects.filter(queue=queue).aggregate(top=Max("key"))["top"] or 0) + 1
+    every = list(Entry.objects.filter(queue=queue).order_by("pk"))
+    known = {(e.key, e.section, e.text): e for e in every}
+    latest_of_key = {e.key: e for e in every}
+    next_key = max((e.key for e in every), default=0) + 1
     entries = []
     for draft in cleaned:
         if draft.key is None:  # a new rule in words the playbook holds is that rule
@@ -119,6 +120,7 @@ def _current_drafts(queue: Queue) -> list[EntryDraft]:
 
 
 def entry_add(*, queue: Queue, section: str, text: str, author: User) -> Version:
+    entry_draft_clean(EntryDraft(section=section, text=text))  # its own refusal, unnumbered
     drafts = [*_current_drafts(queue), EntryDraft(section=section, text=text)]
     return version_create(
         queue_id=queue.pk,
@@ -133,6 +135,7 @@ def entry_edit(*, queue: Queue, key: int, section: str, text: str, author: User)
     drafts = _current_drafts(queue)
     if key not in {d.key for d in drafts}:
         raise ValidationError(f"E{key} is not in the current playbook: nothing was changed.")
+    entry_draft_clean(EntryDraft(section=section, text=text))  # its own refusal, unnumbered
     edited = [
         EntryDraft(section=section, text=text, key=key, sources=d.sources) if d.key == key else d
         for d in drafts

@@ -34,9 +34,12 @@ def _page(
     queue: Queue,
     *,
     add_form: EntryForm | None = None,
+    edit_form: tuple[int, EntryForm] | None = None,
     import_form: ImportForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
+    """`edit_form`: an entry's refused edit (its key and bound form), shown open with what
+    was typed and why it was refused."""
     current = selectors.current_version(queue)
     entries = selectors.version_entries(current)
     context = {
@@ -50,7 +53,9 @@ def _page(
                 [
                     (
                         e,
-                        EntryForm(
+                        edit_form[1]
+                        if edit_form and edit_form[0] == e.key
+                        else EntryForm(
                             initial={"section": e.section, "text": e.text}, prefix=f"e{e.key}"
                         ),
                     )
@@ -102,27 +107,16 @@ def entry_add(request: LoggedInRequest, slug: str) -> HttpResponse:
 def entry_edit(request: LoggedInRequest, slug: str, key: int) -> HttpResponse:
     queue = _curator_queue(request, slug)
     form = EntryForm(request.POST, prefix=f"e{key}")
-    if not form.is_valid():
-        messages.error(
-            request,
-            f"E{key} was not changed: "
-            + " ".join(
-                f"{name}: {' '.join(str(error) for error in errors)}"
-                for name, errors in form.errors.items()
-            ),
-        )
-        return redirect("playbook:page", slug=queue.slug)
-    try:
-        version = services.entry_edit(
-            queue=queue,
-            key=key,
-            author=request.user,
-            **form.cleaned_data,
-        )
-    except ValidationError as error:
-        messages.error(request, f"E{key} was not changed. {' '.join(error.messages)}")
-        return redirect("playbook:page", slug=queue.slug)
-    return _saved(request, queue, version)
+    if form.is_valid():
+        try:
+            version = services.entry_edit(
+                queue=queue, key=key, author=request.user, **form.cleaned_data
+            )
+        except ValidationError as error:
+            form.add_error(None, error)
+        else:
+            return _saved(request, queue, version)
+    return _page(request, queue, edit_form=(key, form), status=400)
 
 
 @require_POST

@@ -3,6 +3,7 @@ reflector model, becomes a proposal of playbook mutations; a curator approves, e
 rejects each, and applying the proposal makes the playbook's next version."""
 
 import logging
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -29,6 +30,8 @@ logger = logging.getLogger(__name__)
 REFLECTOR_MAX_TOKENS = 700
 # The log of what curators decided: the newest mutations.
 LOG_MAX = 20
+# A running reflection older than this was lost with its worker.
+REFLECTION_STALE = timedelta(hours=1)
 
 
 def _last_read(queue: Queue) -> int | None:
@@ -48,7 +51,13 @@ def proposal_start(*, queue_id: int) -> Proposal:
     """The next batch, as a proposal for the reflector to fill (`tasks.proposal_reflect`, in
     the worker, once this has committed)."""
     queue = Queue.objects.select_for_update().get(pk=queue_id)  # one batch at a time
-    if Proposal.objects.filter(queue=queue, status=Proposal.Status.RUNNING).exists():
+    running = Proposal.objects.filter(queue=queue, status=Proposal.Status.RUNNING)
+    # A worker that died mid-reflection leaves its proposal running: past the longest a
+    # reflection and its replay take, it failed.
+    running.filter(created_at__lt=timezone.now() - REFLECTION_STALE).update(
+        status=Proposal.Status.FAILED, notes="The worker stopped before the reflector answered."
+    )
+    if running.exists():
         raise ValidationError("A reflection of this queue is already running.")
     decisions = losing_decisions(queue, after_id=_last_read(queue), limit=settings.REFLECTION_BATCH)
     if not decisions:
@@ -56,14 +65,13 @@ def proposal_start(*, queue_id: int) -> Proposal:
             "Nothing new to reflect on: no decision since the last reflection where the first "
             "candidate lost."
         )
-    proposal = Proposal.objects.create(
+    return Proposal.objects.create(
         queue=queue,
         based_on=current_version(queue),
         model=settings.REFLECTOR_MODEL,
         decisions=[d.pk for d in decisions],
         status=Proposal.Status.RUNNING,
     )
-    return proposal
 
 
 def proposals_due() -> list[Proposal]:

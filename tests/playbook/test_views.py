@@ -39,6 +39,13 @@ def queue(people: dict[str, Any]) -> Any:
     return queue
 
 
+def test_a_queue_without_a_playbook_says_so(people: dict[str, Any]) -> None:
+    empty = QueueFactory(curators=[people["curator"]])
+    page = _client(people["curator"]).get(f"/q/{empty.slug}/playbook/")
+    assert page.status_code == 200 and "No rules yet" in page.content.decode()
+    assert "No versions yet." in page.content.decode()
+
+
 def test_members_read_it_and_only_curators_see_the_forms(
     queue: Any, people: dict[str, Any]
 ) -> None:
@@ -142,4 +149,18 @@ def test_changes_need_the_csrf_token(queue: Any, people: dict[str, Any]) -> None
     client.force_login(people["curator"])
     refused = client.post(f"/q/{queue.slug}/playbook/entries/1/retire/")
     assert refused.status_code == 403
+    assert Version.objects.filter(queue=queue).count() == 1
+
+
+def test_a_refused_edit_keeps_what_was_typed_open_beside_the_reason(
+    queue: Any, people: dict[str, Any]
+) -> None:
+    response = _client(people["curator"]).post(
+        f"/q/{queue.slug}/playbook/entries/1/",
+        {"e1-section": "Tone", "e1-text": "Be brief; see www.evil.example"},
+    )
+    page = response.content.decode()
+    assert response.status_code == 400
+    assert "holds a link" in page and "Be brief; see www.evil.example" in page
+    assert "<details open>" in page and "Entry 1:" not in page
     assert Version.objects.filter(queue=queue).count() == 1

@@ -3,10 +3,12 @@ real path, answered offline by the `llm_answer` test double), becomes checked mu
 curator decides each, and applying makes the playbook's next version."""
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 
 from icrlhf.playbook.models import Version
 from icrlhf.playbook.selectors import playbook_in_force
@@ -231,3 +233,16 @@ def test_a_queue_reflects_by_itself_once_enough_new_decisions_lost_the_first(
     (started,) = services.proposals_due()
     assert started.queue == queue and len(started.decisions) == 2
     assert services.proposals_due() == []  # running, and nothing new
+
+
+def test_a_reflection_lost_with_its_worker_does_not_block_the_next(user: Any) -> None:
+    queue = QueueFactory(members=[user])
+    ranked_decision(queue, user, pick_first=False)
+    lost = services.proposal_start(queue_id=queue.pk)
+    Proposal.objects.filter(pk=lost.pk).update(
+        created_at=timezone.now() - services.REFLECTION_STALE - timedelta(minutes=1)
+    )
+    again = services.proposal_start(queue_id=queue.pk)
+    lost.refresh_from_db()
+    assert lost.status == Proposal.Status.FAILED and "worker stopped" in lost.notes
+    assert again.decisions == lost.decisions  # a failed batch is read again
