@@ -29,13 +29,15 @@ def mutations_schema() -> dict[str, Any]:
         "type": "object",
         "properties": {
             "op": {"type": "string", "enum": ["add", "edit", "retire"]},
-            "entry": {"type": "string", "maxLength": 6},
-            "section": {"type": "string", "maxLength": 60},
-            "text": {"type": "string", "maxLength": RULE_MAX_CHARS},
-            # Bounded, as every field is: a weak model held to a grammar may otherwise list
-            # numbers until its tokens run out.
+            "entry": {"type": "string", "pattern": "^(E[0-9]{1,4})?$"},
+            "section": {"type": "string"},
+            "text": {"type": "string"},
+            # The lists are bounded: a weak model held to a grammar may otherwise list numbers
+            # until its tokens run out. The strings are not (llama.cpp's grammar for a
+            # maxLength of a few hundred made a 135M model write 1 token a second): the
+            # rules' own checks bound them, and the prompt asks for short ones.
             "cites": {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 10},
-            "why": {"type": "string", "maxLength": WHY_MAX_CHARS},
+            "why": {"type": "string"},
         },
         "required": ["op", "entry", "section", "text", "cites", "why"],
         "additionalProperties": False,

@@ -13,7 +13,7 @@ from icrlhf.generation.services import item_create
 from icrlhf.playbook.models import Version
 from icrlhf.queues.models import Item
 from icrlhf.reflection import services
-from icrlhf.reflection.models import Mutation, Proposal
+from icrlhf.reflection.models import Proposal
 from tests.factories import QueueFactory, UserFactory, playbook_write, ranked_decision
 from tests.support.local_llm import local_llm_server
 from tests.support.processes import WorkerProcess
@@ -62,7 +62,6 @@ def test_a_rule_is_learned_approved_and_used(
         services.mutation_decide(queue=queue, mutation_id=mutation.pk, approve=True, actor=curator)
     made = services.proposal_apply(queue=queue, proposal_id=proposal.pk, actor=curator)
     assert made is not None and made.origin == Version.Origin.REFLECTION
-    learned = [m for m in proposal.mutations.all() if m.op != Mutation.Op.RETIRE]
 
     item = item_create(queue=queue, input_text="I lost my card.", created_by=curator)
     wait_for(
@@ -74,4 +73,5 @@ def test_a_rule_is_learned_approved_and_used(
     assert generation.playbook == made
     system = generation.messages[0]["content"]
     assert f"(version {made.number})" in system
-    assert all(m.text in system for m in learned)
+    # Every rule of the learned version, as stored (trimmed and redacted), is in the prompt.
+    assert all(f"- {entry.text}" in system for entry in made.entries.all())
