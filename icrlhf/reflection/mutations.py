@@ -3,7 +3,7 @@ refused one is dropped with the reason."""
 
 import json
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +24,12 @@ class MutationDraft:
 
 
 def mutations_read(
-    text: str, *, batch: Collection[int], entries: Mapping[int, tuple[str, str]]
+    text: str, *, shown: Sequence[int], entries: Mapping[int, tuple[str, str]]
 ) -> tuple[list[MutationDraft], list[str]]:
     """The mutations the answer proposes that can stand, and why each other was refused.
-    `batch`: the decisions the reflector was shown; `entries`: the playbook in force, by key
-    ((section, text))."""
+    `shown`: the ids of the decisions the reflector was shown, in the order it numbered them
+    from 1 (its citations are those numbers; a mutation's are the ids); `entries`: the
+    playbook in force, by key ((section, text))."""
     try:
         answer = json.loads(text)
     except json.JSONDecodeError:
@@ -39,7 +40,7 @@ def mutations_read(
     kept: list[MutationDraft] = []
     refused: list[str] = []
     for number, row in enumerate(rows[:MUTATIONS_MAX], start=1):
-        draft, problem = _mutation(row, batch=batch, entries=entries)
+        draft, problem = _mutation(row, shown=shown, entries=entries)
         if draft is None:
             refused.append(f"change {number}: {problem}")
         else:
@@ -50,14 +51,15 @@ def mutations_read(
 
 
 def _mutation(
-    row: Any, *, batch: Collection[int], entries: Mapping[int, tuple[str, str]]
+    row: Any, *, shown: Sequence[int], entries: Mapping[int, tuple[str, str]]
 ) -> tuple[MutationDraft | None, str]:
     if not isinstance(row, dict):
         return None, "not an object"
     op = row.get("op")
     if op not in ("add", "edit", "retire"):
         return None, f"an unknown operation ({str(op)[:20]!r})"
-    cites = [c for c in row.get("cites") or [] if isinstance(c, int) and c in batch]
+    numbers = [c for c in row.get("cites") or [] if isinstance(c, int) and 1 <= c <= len(shown)]
+    cites = list(dict.fromkeys(shown[c - 1] for c in numbers))
     if not cites:
         return None, "it cites none of the decisions it was shown"
     section = " ".join(str(row.get("section") or "").split())

@@ -76,8 +76,9 @@ def reflector_messages(
     parts = [f"The playbook (version {version_number or 0}):\n{playbook}"]
     if log:
         parts.append("What curators decided of earlier proposals:\n" + "\n".join(log))
-    for trace in traces:
-        lines = [f"Decision {trace.decision_id}", f"Request: {trace.request}"]
+    # Numbered in the batch (1, 2, …), not by their ids: a small model copies a short number.
+    for number, trace in enumerate(traces, start=1):
+        lines = [f"Decision {number}", f"Request: {trace.request}"]
         lines += [f"Rejected answer: {text}" for text in trace.rejected]
         if trace.preferred:
             kind = "written by the reviewer" if trace.verdict == "edited" else "picked"

@@ -111,11 +111,12 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
         return proposal  # a redelivered task: done already
     entries = version_entries(proposal.based_on)
     batch = _batch(proposal)
+    traces = dual_traces(batch)
     messages = reflector_messages(
         version_number=proposal.based_on.number if proposal.based_on else None,
         entries=[(e.name, e.section, e.text) for e in entries],
         log=decided_log(proposal.queue),
-        traces=dual_traces(batch),
+        traces=traces,
     )
     try:
         answer = llm.complete(
@@ -133,7 +134,7 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
         return proposal
     drafts, refused = mutations_read(
         answer.text,
-        batch=set(proposal.decisions),
+        shown=[trace.decision_id for trace in traces],
         entries={e.key: (e.section, e.text) for e in entries},
     )
     Mutation.objects.bulk_create(

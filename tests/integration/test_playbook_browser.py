@@ -39,7 +39,7 @@ def test_a_curator_keeps_the_playbook_with_the_keyboard(
     curator = UserFactory()
     queue = QueueFactory(curators=[curator], members=[UserFactory()])
     playbook_write(queue, [("Tone", "Be brief.")])
-    lost = ranked_decision(queue, curator, pick_first=False)
+    ranked_decision(queue, curator, pick_first=False)
     proposal = services.proposal_start(queue_id=queue.pk)
     llm_answer(
         json.dumps(
@@ -50,7 +50,7 @@ def test_a_curator_keeps_the_playbook_with_the_keyboard(
                         "entry": "E1",
                         "section": "Tone",
                         "text": "Be brief and offer a call back.",
-                        "cites": [lost.pk],
+                        "cites": [1],
                         "why": "the call back was preferred",
                     }
                 ]

@@ -65,7 +65,7 @@ def test_a_label_queues_replay_counts_fixes_and_breaks(monkeypatch: pytest.Monke
                 "entry": "",
                 "section": "Cards",
                 "text": "Offer a call back.",
-                "cites": [lost.pk],
+                "cites": [1],
                 "why": "",
             }
         ]

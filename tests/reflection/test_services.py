@@ -44,7 +44,7 @@ def test_only_decisions_the_first_candidate_lost_are_read_as_dual_traces(
     assert second.rejected == ["Order a new card."] and second.preferred == "Call us."
     assert "ana@example.com" not in first.request  # redacted for the reflector
     messages = reflector_messages(version_number=1, entries=[], log=[], traces=[first])
-    assert f"Decision {edited.pk}" in messages[1]["content"]
+    assert "Decision 1\n" in messages[1]["content"]  # numbered in the batch, not by id
 
 
 def test_the_reflectors_answer_is_checked_change_by_change() -> None:
@@ -56,7 +56,7 @@ def test_the_reflectors_answer_is_checked_change_by_change() -> None:
                 "entry": "",
                 "section": "Cards",
                 "text": "Offer to freeze a lost card.",
-                "cites": [5, 99],
+                "cites": [1, 99],
                 "why": "reviewers preferred freezing",
             },
             {
@@ -64,7 +64,7 @@ def test_the_reflectors_answer_is_checked_change_by_change() -> None:
                 "entry": "E1",
                 "section": "Tone",
                 "text": "Be brief and kind.",
-                "cites": [6],
+                "cites": [2],
                 "why": "",
             },
             {
@@ -72,11 +72,11 @@ def test_the_reflectors_answer_is_checked_change_by_change() -> None:
                 "entry": "",
                 "section": "Links",
                 "text": "Send https://evil.example",
-                "cites": [5],
+                "cites": [1],
                 "why": "",
             },
         ),
-        batch={5, 6},
+        shown=[5, 6],
         entries=entries,
     )
     assert [(m.op, m.key, m.text, m.cites) for m in kept] == [
@@ -88,7 +88,7 @@ def test_the_reflectors_answer_is_checked_change_by_change() -> None:
         ("not json", "not JSON"),
         (
             _answer(
-                {"op": "retire", "entry": "E9", "section": "", "text": "", "cites": [5], "why": ""}
+                {"op": "retire", "entry": "E9", "section": "", "text": "", "cites": [1], "why": ""}
             ),
             "names no rule",
         ),
@@ -112,15 +112,15 @@ def test_the_reflectors_answer_is_checked_change_by_change() -> None:
                     "entry": "E1",
                     "section": "Tone",
                     "text": "Be brief.",
-                    "cites": [5],
+                    "cites": [1],
                     "why": "",
                 }
             ),
             "changes nothing",
         ),
     ):
-        assert not mutations_read(answer, batch={5, 6}, entries=entries)[0]
-        assert said in " ".join(mutations_read(answer, batch={5, 6}, entries=entries)[1])
+        assert not mutations_read(answer, shown=[5, 6], entries=entries)[0]
+        assert said in " ".join(mutations_read(answer, shown=[5, 6], entries=entries)[1])
 
 
 def test_a_proposal_is_decided_by_a_curator_and_applied_as_the_next_version(
@@ -139,7 +139,7 @@ def test_a_proposal_is_decided_by_a_curator_and_applied_as_the_next_version(
                 "entry": "",
                 "section": "Cards",
                 "text": "Offer to call back.",
-                "cites": [lost.pk],
+                "cites": [1],
                 "why": "the callback won",
             },
             {
@@ -147,7 +147,7 @@ def test_a_proposal_is_decided_by_a_curator_and_applied_as_the_next_version(
                 "entry": "E1",
                 "section": "",
                 "text": "",
-                "cites": [lost.pk],
+                "cites": [1],
                 "why": "brevity lost",
             },
         )
@@ -184,7 +184,7 @@ def test_a_proposal_is_decided_by_a_curator_and_applied_as_the_next_version(
 def test_another_queues_curator_reaches_no_change(
     queue: Any, user: Any, llm_answer: LLMAnswer
 ) -> None:
-    lost = ranked_decision(queue, user, pick_first=False)
+    ranked_decision(queue, user, pick_first=False)
     proposal = services.proposal_start(queue_id=queue.pk)
     llm_answer(
         _answer(
@@ -193,7 +193,7 @@ def test_another_queues_curator_reaches_no_change(
                 "entry": "",
                 "section": "A",
                 "text": "Be kind.",
-                "cites": [lost.pk],
+                "cites": [1],
                 "why": "",
             }
         )

@@ -26,7 +26,7 @@ def proposed(llm_answer: LLMAnswer) -> tuple[Any, Any, Proposal]:
     curator, reviewer = UserFactory(), UserFactory()
     queue = QueueFactory(curators=[curator], members=[reviewer])
     playbook_write(queue, [("Tone", "Be brief.")])
-    lost = ranked_decision(queue, reviewer, pick_first=False)
+    ranked_decision(queue, reviewer, pick_first=False)
     proposal = services.proposal_start(queue_id=queue.pk)
     llm_answer(
         json.dumps(
@@ -37,7 +37,7 @@ def proposed(llm_answer: LLMAnswer) -> tuple[Any, Any, Proposal]:
                         "entry": "E1",
                         "section": "Tone",
                         "text": "Be brief and kind.",
-                        "cites": [lost.pk],
+                        "cites": [1],
                         "why": "<script>alert(1)</script>",
                     }
                 ]
