@@ -4,7 +4,7 @@ import json
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 from icrlhf.playbook import selectors, services
 from icrlhf.playbook.forms import EntryForm, ImportForm
 from icrlhf.playbook.models import Version
-from icrlhf.queues.access import can_curate, queue_for_member
+from icrlhf.queues.access import can_curate, queue_for_curator, queue_for_member
 from icrlhf.queues.models import Queue
 
 
@@ -71,11 +71,7 @@ def _page(
     return render(request, "playbook/page.html", context, status=status)
 
 
-def _curator_queue(request: HttpRequest, slug: str) -> Queue:
-    queue = queue_for_member(request.user, slug=slug)
-    if not can_curate(request.user, queue):
-        raise PermissionDenied("Only the queue's curators and admins change its playbook.")
-    return queue
+_REFUSAL = "Only the queue's curators and admins change its playbook."
 
 
 def _saved(request: HttpRequest, queue: Queue, version: Version) -> HttpResponse:
@@ -87,7 +83,7 @@ def _saved(request: HttpRequest, queue: Queue, version: Version) -> HttpResponse
 
 @require_POST
 def entry_add(request: LoggedInRequest, slug: str) -> HttpResponse:
-    queue = _curator_queue(request, slug)
+    queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     form = EntryForm(request.POST, prefix="new")
     if form.is_valid():
         try:
@@ -105,7 +101,7 @@ def entry_add(request: LoggedInRequest, slug: str) -> HttpResponse:
 
 @require_POST
 def entry_edit(request: LoggedInRequest, slug: str, key: int) -> HttpResponse:
-    queue = _curator_queue(request, slug)
+    queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     form = EntryForm(request.POST, prefix=f"e{key}")
     if form.is_valid():
         try:
@@ -121,7 +117,7 @@ def entry_edit(request: LoggedInRequest, slug: str, key: int) -> HttpResponse:
 
 @require_POST
 def entry_retire(request: LoggedInRequest, slug: str, key: int) -> HttpResponse:
-    queue = _curator_queue(request, slug)
+    queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     try:
         version = services.entry_retire(queue=queue, key=key, author=request.user)
     except ValidationError as error:
@@ -132,7 +128,7 @@ def entry_retire(request: LoggedInRequest, slug: str, key: int) -> HttpResponse:
 
 @require_POST
 def version_restore(request: LoggedInRequest, slug: str, number: int) -> HttpResponse:
-    queue = _curator_queue(request, slug)
+    queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     try:
         version = services.version_restore(queue=queue, number=number, author=request.user)
     except ValidationError as error:
@@ -153,7 +149,7 @@ def playbook_export(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 def playbook_import(request: LoggedInRequest, slug: str) -> HttpResponse:
-    queue = _curator_queue(request, slug)
+    queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     form = ImportForm(request.POST, request.FILES)
     if form.is_valid():
         upload = form.cleaned_data["file"]

@@ -99,6 +99,15 @@ def queue_for_member(user: AnyUser, **lookup: object) -> Queue:
     return queue
 
 
+def queue_for_curator(user: AnyUser, *, refusal: str, **lookup: object) -> Queue:
+    """The queue, if the user curates it: 404 for a non-member (`queue_for_member`), 403
+    with `refusal` for a member who does not curate it."""
+    queue = queue_for_member(user, **lookup)
+    if not can_curate(user, queue):
+        raise PermissionDenied(refusal)
+    return queue
+
+
 def review_check(user: AnyUser, queue: Queue) -> None:
     if not can_review(user, queue):
         raise PermissionDenied("You are not a reviewer of this queue.")

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -13,8 +13,7 @@ from django.views.decorators.http import require_POST
 
 from icrlhf.playbook.models import Entry
 from icrlhf.playbook.selectors import current_version, version_entries
-from icrlhf.queues.access import can_curate, queue_for_member
-from icrlhf.queues.models import Queue
+from icrlhf.queues.access import queue_for_curator
 from icrlhf.reflection import services, tasks
 from icrlhf.reflection.models import Mutation, Proposal
 from icrlhf.review.models import Decision
@@ -40,15 +39,11 @@ class ProposalShown:
     mutations: list[MutationShown]
 
 
-def _curated(request: HttpRequest, slug: str) -> Queue:
-    queue = queue_for_member(request.user, slug=slug)
-    if not can_curate(request.user, queue):
-        raise PermissionDenied("Only the queue's curators and admins see and decide proposals.")
-    return queue
+_REFUSAL = "Only the queue's curators and admins see and decide proposals."
 
 
 def proposals_page(request: HttpRequest, slug: str) -> HttpResponse:
-    queue = _curated(request, slug)
+    queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     proposals = list(
         Proposal.objects.filter(queue=queue)
         .select_related("based_on", "made", "decided_by")
@@ -88,7 +83,7 @@ def proposals_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 @require_POST
 def reflect(request: LoggedInRequest, slug: str) -> HttpResponse:
-    queue = _curated(request, slug)
+    queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     try:
         proposal = services.proposal_start(queue_id=queue.pk)
     except ValidationError as error:
@@ -105,7 +100,7 @@ def reflect(request: LoggedInRequest, slug: str) -> HttpResponse:
 
 @require_POST
 def mutation_decide(request: LoggedInRequest, slug: str, mutation_id: int) -> HttpResponse:
-    queue = _curated(request, slug)
+    queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     verdict = request.POST.get("verdict")
     if verdict not in ("approve", "reject"):
         messages.error(request, "Approve or reject the change.")
@@ -126,7 +121,7 @@ def mutation_decide(request: LoggedInRequest, slug: str, mutation_id: int) -> Ht
 
 @require_POST
 def proposal_apply(request: LoggedInRequest, slug: str, proposal_id: int) -> HttpResponse:
-    queue = _curated(request, slug)
+    queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     try:
         made = services.proposal_apply(queue=queue, proposal_id=proposal_id, actor=request.user)
     except ValidationError as error:
