@@ -302,8 +302,12 @@ def drive_steps(base: str, count: int) -> dict[str, Any]:
     with sync_playwright() as playwright:
         page = _browser_page(playwright, base, timeout_ms=60_000)
         page.goto(f"{base}/q/{captured_steps.SLUG}/review/")
-        page.keyboard.press("Enter")  # "Next item" has the focus
         for number in range(count):
+            # "Next item" has the focus once Chromium applies autofocus, which on a busy
+            # machine may come after the load event: a key pressed before it goes nowhere,
+            # so it is pressed again until a step opens.
+            if not _item_shown(page, within_s=60):
+                raise CommandError(f"Captured step {number + 1} did not open within 60 s.")
             page.wait_for_url(_ITEM_PAGE)
             page.wait_for_load_state()
             shown = time.monotonic()
