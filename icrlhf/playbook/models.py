@@ -25,8 +25,10 @@ class Entry(models.Model):
     revises = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    # The decisions that motivated it (ids; empty for an entry a person wrote from nothing).
+    # The decisions and agents' runs that motivated it (ids; runs' as text; both empty for
+    # an entry a person wrote from nothing).
     sources = models.JSONField(default=list, blank=True)
+    run_sources = models.JSONField(default=list, blank=True)
     # Reviewed generations whose prompt held this entry: the first candidate taken as it
     # was, or not (another one, an edit, none acceptable).
     first_chosen = models.PositiveIntegerField(default=0)

@@ -3,7 +3,7 @@ earlier one can be restored and every prompt says which one it carried."""
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -27,7 +27,19 @@ class EntryDraft:
     text: str
     # The entry this one keeps or edits (its key); None: a new entry.
     key: int | None = None
-    sources: Sequence[int] = field(default_factory=tuple)
+    sources: Sequence[int] = field(default_factory=tuple)  # decisions' ids
+    run_sources: Sequence[str] = field(default_factory=tuple)  # agents' runs' ids
+
+    @classmethod
+    def of(cls, entry: Entry) -> "EntryDraft":
+        """The entry as it stands, to carry into the next version."""
+        return cls(
+            section=entry.section,
+            text=entry.text,
+            key=entry.key,
+            sources=entry.sources,
+            run_sources=entry.run_sources,
+        )
 
 
 def entry_draft_clean(draft: EntryDraft) -> EntryDraft:
@@ -38,7 +50,7 @@ def entry_draft_clean(draft: EntryDraft) -> EntryDraft:
     problem = entry_problem(section=section, text=text)
     if problem is not None:
         raise ValidationError(f"This rule cannot be saved: {problem}.")
-    return EntryDraft(section=section, text=text, key=draft.key, sources=tuple(draft.sources))
+    return replace(draft, section=section, text=text)
 
 
 @transaction.atomic
@@ -90,6 +102,7 @@ def version_create(
                 text=draft.text,
                 revises=latest_of_key.get(key),
                 sources=list(dict.fromkeys(draft.sources)),
+                run_sources=list(dict.fromkeys(draft.run_sources)),
             )
         entries.append(same)
     twice = sorted({e.name for e in entries if sum(o.key == e.key for o in entries) > 1})
@@ -113,10 +126,7 @@ def version_create(
 
 
 def _current_drafts(queue: Queue) -> list[EntryDraft]:
-    return [
-        EntryDraft(section=e.section, text=e.text, key=e.key, sources=e.sources)
-        for e in version_entries(current_version(queue))
-    ]
+    return [EntryDraft.of(e) for e in version_entries(current_version(queue))]
 
 
 def entry_add(*, queue: Queue, section: str, text: str, author: User) -> Version:
@@ -136,10 +146,7 @@ def entry_edit(*, queue: Queue, key: int, section: str, text: str, author: User)
     if key not in {d.key for d in drafts}:
         raise ValidationError(f"E{key} is not in the current playbook: nothing was changed.")
     entry_draft_clean(EntryDraft(section=section, text=text))  # its own refusal, unnumbered
-    edited = [
-        EntryDraft(section=section, text=text, key=key, sources=d.sources) if d.key == key else d
-        for d in drafts
-    ]
+    edited = [replace(d, section=section, text=text) if d.key == key else d for d in drafts]
     return version_create(
         queue_id=queue.pk,
         drafts=edited,
@@ -169,10 +176,7 @@ def version_restore(*, queue: Queue, number: int, author: User) -> Version:
         raise ValidationError(f"This queue's playbook has no version {number}.")
     return version_create(
         queue_id=queue.pk,
-        drafts=[
-            EntryDraft(section=e.section, text=e.text, key=e.key, sources=e.sources)
-            for e in version_entries(earlier)
-        ],
+        drafts=[EntryDraft.of(e) for e in version_entries(earlier)],
         origin=Version.Origin.ROLLBACK,
         author=author,
         summary=f"Restored version {number}.",
@@ -193,6 +197,7 @@ def playbook_export(queue: Queue) -> dict[str, Any]:
                 "section": entry.section,
                 "text": entry.text,
                 "sources": entry.sources,
+                "run_sources": entry.run_sources,
                 "first_chosen": entry.first_chosen,
                 "first_not_chosen": entry.first_not_chosen,
             }
@@ -204,8 +209,8 @@ def playbook_export(queue: Queue) -> dict[str, Any]:
 def playbook_import(*, queue: Queue, raw: bytes, author: User) -> Version:
     """A playbook exported from this queue or another, as the queue's next version. An entry
     the queue already holds word for word is that entry again; any other is new here, and
-    keeps no sources (they would be another queue's decisions). Words are matched under their
-    section."""
+    keeps no sources (they would be another queue's decisions and runs). Words are matched
+    under their section."""
     try:
         data = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -1,7 +1,8 @@
 """Reflection's proposals: mutations of a queue's playbook that a model drew from a batch of
-decisions the queue's first candidate lost, each citing the decisions behind it, waiting for
-a curator. What was decided of earlier proposals is the reflector's memory (the optimizer
-state), so that it does not propose again what a curator rejected."""
+decisions the queue's first candidate lost and of agents' runs with weak steps, each citing
+the decisions and runs behind it, waiting for a curator. What was decided of earlier
+proposals is the reflector's memory (the optimizer state), so that it does not propose again
+what a curator rejected."""
 
 from django.conf import settings
 from django.db import models
@@ -24,8 +25,10 @@ class Proposal(models.Model):
         Version, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     model = models.CharField(max_length=200)
-    # The decisions it read (ids, newest first): the batch's dual traces.
+    # The decisions it read (ids, newest first) and the agents' runs (ids, as text): the
+    # batch's dual traces, numbered in that order in the reflector's prompt.
     decisions = models.JSONField(default=list)
+    runs = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
     # Why it failed, or what of the reflector's answer was refused (and why).
     notes = models.TextField(blank=True)
@@ -75,8 +78,9 @@ class Mutation(models.Model):
     key = models.PositiveIntegerField(null=True, blank=True)
     section = models.CharField(max_length=SECTION_MAX_CHARS, blank=True)
     text = models.TextField(max_length=ENTRY_MAX_CHARS, blank=True)
-    # The decisions of the batch it rests on (ids).
+    # The decisions of the batch it rests on (ids), and its runs (ids, as text).
     cites = models.JSONField(default=list)
+    cites_runs = models.JSONField(default=list, blank=True)
     # The reflector's reason, as it gave it (untrusted: shown escaped, never in a prompt).
     why = models.TextField(blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)

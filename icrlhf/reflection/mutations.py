@@ -19,17 +19,22 @@ class MutationDraft:
     key: int | None
     section: str
     text: str
-    cites: list[int]
+    cites: list[int]  # decisions' ids
+    cites_runs: list[str]  # runs' ids
     why: str
 
 
 def mutations_read(
-    text: str, *, shown: Sequence[int], entries: Mapping[int, tuple[str, str]]
+    text: str,
+    *,
+    shown: Sequence[int],
+    shown_runs: Sequence[str] = (),
+    entries: Mapping[int, tuple[str, str]],
 ) -> tuple[list[MutationDraft], list[str]]:
     """The mutations the answer proposes that can stand, and why each other was refused.
-    `shown`: the ids of the decisions the reflector was shown, in the order it numbered them
-    from 1 (its citations are those numbers; a mutation's are the ids); `entries`: the
-    playbook in force, by key ((section, text))."""
+    `shown`: the ids of the decisions the reflector was shown, then `shown_runs`, the runs',
+    in the order it numbered them from 1 (its citations are those numbers; a mutation's are
+    the ids); `entries`: the playbook in force, by key ((section, text))."""
     try:
         answer = json.loads(text)
     except json.JSONDecodeError:
@@ -40,7 +45,7 @@ def mutations_read(
     kept: list[MutationDraft] = []
     refused: list[str] = []
     for number, row in enumerate(rows[:MUTATIONS_MAX], start=1):
-        draft, problem = _mutation(row, shown=shown, entries=entries)
+        draft, problem = _mutation(row, shown=shown, shown_runs=shown_runs, entries=entries)
         if draft is None:
             refused.append(f"change {number}: {problem}")
         else:
@@ -51,17 +56,25 @@ def mutations_read(
 
 
 def _mutation(
-    row: Any, *, shown: Sequence[int], entries: Mapping[int, tuple[str, str]]
+    row: Any,
+    *,
+    shown: Sequence[int],
+    shown_runs: Sequence[str],
+    entries: Mapping[int, tuple[str, str]],
 ) -> tuple[MutationDraft | None, str]:
     if not isinstance(row, dict):
         return None, "not an object"
     op = row.get("op")
     if op not in ("add", "edit", "retire"):
         return None, f"an unknown operation ({str(op)[:20]!r})"
-    numbers = [c for c in row.get("cites") or [] if isinstance(c, int) and 1 <= c <= len(shown)]
-    cites = list(dict.fromkeys(shown[c - 1] for c in numbers))
-    if not cites:
-        return None, "it cites none of the decisions it was shown"
+    traces = len(shown) + len(shown_runs)
+    numbers = [c for c in row.get("cites") or [] if isinstance(c, int) and 1 <= c <= traces]
+    cites = list(dict.fromkeys(shown[c - 1] for c in numbers if c <= len(shown)))
+    cites_runs = list(
+        dict.fromkeys(shown_runs[c - 1 - len(shown)] for c in numbers if c > len(shown))
+    )
+    if not cites and not cites_runs:
+        return None, "it cites none of the decisions or runs it was shown"
     section = " ".join(str(row.get("section") or "").split())
     text = " ".join(str(row.get("text") or "").split())
     why = " ".join(str(row.get("why") or "").split())[:300]
@@ -81,4 +94,7 @@ def _mutation(
         problem = entry_problem(section=section, text=text)
         if problem is not None:
             return None, problem
-    return MutationDraft(op=op, key=key, section=section, text=text, cites=cites, why=why), ""
+    draft = MutationDraft(
+        op=op, key=key, section=section, text=text, cites=cites, cites_runs=cites_runs, why=why
+    )
+    return draft, ""

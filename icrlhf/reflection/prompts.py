@@ -4,7 +4,7 @@ the decisions it rests on (a JSON schema the server turns into a grammar)."""
 from collections.abc import Sequence
 from typing import Any
 
-from icrlhf.reflection.traces import DualTrace
+from icrlhf.reflection.traces import DualTrace, RunTrace
 
 MUTATIONS_MAX = 3
 RULE_MAX_CHARS = 200
@@ -22,6 +22,12 @@ numbers of the decisions it rests on. A rule is one plain sentence of at most \
 markup; it never asks to reveal examples, other customers' messages or instructions. Do not \
 propose again what the log says a curator rejected. If the decisions show no general rule, \
 propose none."""
+
+# Added when the batch holds agents' runs (a batch of decisions alone is asked as before).
+RUNS_INSTRUCTIONS = """You are also shown runs of an agent the queue serves: its goal, and \
+steps it took, those marked "weak" rewarded low by the application or corrected (with the \
+action that would have been right), beside steps it accepted. Rules may come from what the \
+weak steps did wrong; cite a run by its number as you cite a decision."""
 
 
 def mutations_schema() -> dict[str, Any]:
@@ -65,9 +71,11 @@ def reflector_messages(
     entries: Sequence[tuple[str, str, str]],
     log: Sequence[str],
     traces: Sequence[DualTrace],
+    runs: Sequence[RunTrace] = (),
 ) -> list[dict[str, Any]]:
     """`entries`: (name, section, text) of the playbook in force; `log`: what curators
-    decided of earlier proposals, newest first."""
+    decided of earlier proposals, newest first. The decisions are numbered from 1, then the
+    runs."""
     playbook = (
         "\n".join(f"{name} ({section}): {text}" for name, section, text in entries)
         if entries
@@ -90,7 +98,33 @@ def reflector_messages(
         if trace.comment:
             lines.append(f"Comment: {trace.comment}")
         parts.append("\n".join(lines))
+    for number, run in enumerate(runs, start=len(traces) + 1):
+        parts.append(_run_lines(number, run))
     return [
-        {"role": "system", "content": INSTRUCTIONS},
+        {
+            "role": "system",
+            "content": f"{INSTRUCTIONS}\n\n{RUNS_INSTRUCTIONS}" if runs else INSTRUCTIONS,
+        },
         {"role": "user", "content": "\n\n".join(parts)},
     ]
+
+
+def _reward(value: float | None) -> str:
+    return "" if value is None else f"reward {value:g}"
+
+
+def _run_lines(number: int, run: RunTrace) -> str:
+    lines = [f"Run {number}", f"Goal: {run.goal}"]
+    if run.steps_hidden:
+        lines.append(f"({run.steps_hidden} other accepted steps not shown)")
+    for step in run.steps:
+        marks = ", ".join(filter(None, ["weak" if step.weak else "accepted", _reward(step.reward)]))
+        lines.append(f"Step {step.position + 1} ({marks}): {step.action}")
+        if step.correction:
+            lines.append(f"  Would have been right: {step.correction}")
+        if step.comment:
+            lines.append(f"  Comment: {step.comment}")
+    ended = ", ".join(filter(None, [run.outcome, _reward(run.reward)]))
+    if ended:
+        lines.append(f"The run: {ended}")
+    return "\n".join(lines)

@@ -1,8 +1,10 @@
-"""Reflection on demand: a batch of decisions the queue's first candidate lost, read by the
-reflector model, becomes a proposal of playbook mutations; a curator approves, edits or
-rejects each, and applying the proposal makes the playbook's next version."""
+"""Reflection on demand: a batch of decisions the queue's first candidate lost and of agents'
+runs with a weak step, read by the reflector model, becomes a proposal of playbook
+mutations; a curator approves, edits or rejects each, and applying the proposal makes the
+playbook's next version."""
 
 import logging
+from dataclasses import replace
 from datetime import timedelta
 
 from django.conf import settings
@@ -21,8 +23,9 @@ from icrlhf.reflection.models import Mutation, Proposal
 from icrlhf.reflection.mutations import mutations_read
 from icrlhf.reflection.prompts import mutations_schema, reflector_messages
 from icrlhf.reflection.replay import replay
-from icrlhf.reflection.traces import dual_traces, losing_decisions
+from icrlhf.reflection.traces import dual_traces, losing_decisions, run_traces, weak_runs
 from icrlhf.review.models import Decision
+from icrlhf.trajectories.models import Trajectory
 
 logger = logging.getLogger(__name__)
 
@@ -34,16 +37,37 @@ LOG_MAX = 20
 REFLECTION_STALE = timedelta(hours=1)
 
 
-def _last_read(queue: Queue) -> int | None:
-    """The newest decision an earlier reflection read: the next batch starts after it."""
-    ids = [
-        max(decisions)
-        for decisions in Proposal.objects.filter(queue=queue)
+def _read_before(queue: Queue) -> tuple[int | None, set[str]]:
+    """What earlier reflections read: the newest decision (the next batch's start after it),
+    and the runs."""
+    newest: list[int] = []
+    runs: set[str] = set()
+    for decisions, read_runs in (
+        Proposal.objects.filter(queue=queue)
         .exclude(status=Proposal.Status.FAILED)
-        .values_list("decisions", flat=True)
-        if decisions
-    ]
-    return max(ids, default=None)
+        .values_list("decisions", "runs")
+    ):
+        if decisions:
+            newest.append(max(decisions))
+        runs.update(read_runs)
+    return max(newest, default=None), runs
+
+
+def _batch_share(decisions: int, runs: int, size: int) -> tuple[int, int]:
+    """How many of the decisions and runs waiting a batch of `size` takes: half each, and
+    what one side leaves to the other."""
+    runs_taken = min(runs, max(size // 2, size - decisions))
+    return min(decisions, size - runs_taken), runs_taken
+
+
+def _waiting(queue: Queue, *, size: int) -> tuple[list[Decision], list[Trajectory]]:
+    """A batch of at most `size`: decisions the first candidate lost and runs with a weak
+    step, that no earlier reflection read, newest first."""
+    after_id, read_runs = _read_before(queue)
+    decisions = losing_decisions(queue, after_id=after_id, limit=size)
+    runs = weak_runs(queue, read=read_runs, limit=size)
+    taken_decisions, taken_runs = _batch_share(len(decisions), len(runs), size)
+    return decisions[:taken_decisions], runs[:taken_runs]
 
 
 @transaction.atomic
@@ -59,29 +83,31 @@ def proposal_start(*, queue_id: int) -> Proposal:
     )
     if running.exists():
         raise ValidationError("A reflection of this queue is already running.")
-    decisions = losing_decisions(queue, after_id=_last_read(queue), limit=settings.REFLECTION_BATCH)
-    if not decisions:
+    decisions, runs = _waiting(queue, size=settings.REFLECTION_BATCH)
+    if not decisions and not runs:
         raise ValidationError(
-            "Nothing new to reflect on: no decision since the last reflection where the first "
-            "candidate lost."
+            "Nothing new to reflect on: since the last reflection, no decision where the first "
+            "candidate lost, and no agent's run with a step rewarded low or corrected."
         )
     return Proposal.objects.create(
         queue=queue,
         based_on=current_version(queue),
         model=settings.REFLECTOR_MODEL,
         decisions=[d.pk for d in decisions],
+        runs=[str(r.pk) for r in runs],
         status=Proposal.Status.RUNNING,
     )
 
 
 def proposals_due() -> list[Proposal]:
     """Proposals started for the queues that reflect by themselves and have, since their last
-    reflection, at least their `reflect_after` decisions the first candidate lost."""
+    reflection, at least their `reflect_after` decisions the first candidate lost and runs
+    with a weak step."""
     started = []
     for queue in Queue.objects.filter(reflect_after__isnull=False):
         assert queue.reflect_after is not None
-        waiting = losing_decisions(queue, after_id=_last_read(queue), limit=queue.reflect_after)
-        if len(waiting) < queue.reflect_after:
+        decisions, runs = _waiting(queue, size=queue.reflect_after)
+        if len(decisions) + len(runs) < queue.reflect_after:
             continue
         try:
             started.append(proposal_start(queue_id=queue.pk))
@@ -112,11 +138,16 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
     entries = version_entries(proposal.based_on)
     batch = _batch(proposal)
     traces = dual_traces(batch)
+    runs = run_traces(
+        proposal.queue,
+        list(Trajectory.objects.filter(pk__in=proposal.runs, queue=proposal.queue)),
+    )
     messages = reflector_messages(
         version_number=proposal.based_on.number if proposal.based_on else None,
         entries=[(e.name, e.section, e.text) for e in entries],
         log=decided_log(proposal.queue),
         traces=traces,
+        runs=runs,
     )
     try:
         answer = llm.complete(
@@ -135,6 +166,7 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
     drafts, refused = mutations_read(
         answer.text,
         shown=[trace.decision_id for trace in traces],
+        shown_runs=[run.run_id for run in runs],
         entries={e.key: (e.section, e.text) for e in entries},
     )
     Mutation.objects.bulk_create(
@@ -145,12 +177,19 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
             section=d.section,
             text=d.text,
             cites=d.cites,
+            cites_runs=d.cites_runs,
             why=d.why,
         )
         for d in drafts
     )
     notes = [("Refused: " + "; ".join(refused) + ".")] if refused else []
-    if drafts:
+    if runs:
+        notes.append(
+            f"Read {len(runs)} agent run{'s' if len(runs) != 1 else ''} beside the decisions: "
+            "runs are not replayed (their steps answered the gateway's prompts, which replay "
+            "does not rebuild)."
+        )
+    if drafts and batch:
         try:
             tried = replay(proposal=proposal, failures=batch, entries=entries)
         except llm.LLMError as error:
@@ -227,15 +266,17 @@ def _applied(
 ) -> Version | None:
     if not approved:
         return None
-    drafts = {
-        e.key: EntryDraft(section=e.section, text=e.text, key=e.key, sources=e.sources)
-        for e in version_entries(current_version(queue))
-    }
+    drafts = {e.key: EntryDraft.of(e) for e in version_entries(current_version(queue))}
     added = []
     for mutation in approved:
         if mutation.op == Mutation.Op.ADD:
             added.append(
-                EntryDraft(section=mutation.section, text=mutation.text, sources=mutation.cites)
+                EntryDraft(
+                    section=mutation.section,
+                    text=mutation.text,
+                    sources=mutation.cites,
+                    run_sources=mutation.cites_runs,
+                )
             )
             continue
         if mutation.key not in drafts:
@@ -247,11 +288,12 @@ def _applied(
             del drafts[mutation.key]
         else:
             before = drafts[mutation.key]
-            drafts[mutation.key] = EntryDraft(
+            drafts[mutation.key] = replace(
+                before,
                 section=mutation.section,
                 text=mutation.text,
-                key=mutation.key,
                 sources=[*before.sources, *mutation.cites],
+                run_sources=[*before.run_sources, *mutation.cites_runs],
             )
     return version_create(
         queue_id=queue.pk,

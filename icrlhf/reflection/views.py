@@ -30,6 +30,7 @@ class MutationShown:
     mutation: Mutation
     before: Entry | None  # the rule it edits, as in force now
     cited: list[tuple[int, int | None]]  # (decision, its item) for each decision it cites
+    cited_runs: list[str]  # the runs it cites (ids)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ def proposals_page(request: HttpRequest, slug: str) -> HttpResponse:
                         mutation=m,
                         before=in_force.get(m.key) if m.key is not None else None,
                         cited=[(pk, items.get(pk)) for pk in m.cites],
+                        cited_runs=m.cites_runs,
                     )
                     for m in p.mutations.all()
                 ],
@@ -90,10 +92,12 @@ def reflect(request: LoggedInRequest, slug: str) -> HttpResponse:
         messages.info(request, " ".join(error.messages))
     else:
         tasks.proposal_reflect.delay(proposal.pk)
+        read = f"{len(proposal.decisions)} decisions" + (
+            f" and {len(proposal.runs)} agent runs" if proposal.runs else ""
+        )
         messages.success(
             request,
-            f"Reflecting on {len(proposal.decisions)} decisions; the proposal appears here "
-            "when the model has answered.",
+            f"Reflecting on {read}; the proposal appears here when the model has answered.",
         )
     return redirect("reflection:proposals", slug=queue.slug)
 

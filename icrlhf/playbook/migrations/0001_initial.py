@@ -23,6 +23,7 @@ class Migration(migrations.Migration):
                 ('section', models.CharField(max_length=80)),
                 ('text', models.TextField()),
                 ('sources', models.JSONField(blank=True, default=list)),
+                ('run_sources', models.JSONField(blank=True, default=list)),
                 ('first_chosen', models.PositiveIntegerField(default=0)),
                 ('first_not_chosen', models.PositiveIntegerField(default=0)),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
