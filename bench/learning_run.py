@@ -25,6 +25,7 @@ from bench.learning import (
     significance,
     summarise,
 )
+from bench.playbook_arms import playbook_arms
 from icrlhf.generation.calibration import expected_calibration_error, precision_coverage
 from icrlhf.generation.models import Calibration, Candidate, Generation
 from icrlhf.generation.prompts import PromptExample, messages_build
@@ -406,6 +407,31 @@ def _off_topic(bench: Bench) -> tuple[int, int]:
     return reached, len(OFF_TOPIC)
 
 
+# What each playbook arm reports: the first candidate, the model's own answers beside the
+# examples (where a rule can act: memory's candidates are the same in every arm) and N's.
+_ARM_RATES = ("first_accuracy", "llm_with_examples", "acceptance")
+
+
+def _playbook(
+    bench: Bench, options: dict[str, Any], rng: random.Random, *, size: int
+) -> dict[str, Any]:
+    baseline = bench.held_out[: options["baseline"]]
+
+    def evaluate() -> dict[str, Any]:
+        counts = _evaluate(bench, memory_size=size).counts
+        return summarise({rate: counts[rate] for rate in _ARM_RATES})
+
+    return playbook_arms(
+        queue=bench.queue,
+        plain=bench.plain,
+        reviewer=bench.reviewer,
+        rounds=options["playbook_rounds"],
+        rng=rng,
+        evaluate=evaluate,
+        alone=lambda: summarise({"no_retrieval": _no_retrieval(bench, baseline)}),
+    )
+
+
 def _sweep_row(bench: Bench, minimum: float, evaluation: Evaluation) -> dict[str, Any]:
     return {
         "minimum": minimum,
@@ -431,6 +457,7 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
     minimums = sorted({*options["sweep"], main_minimum})
     sweep: dict[str, list[dict[str, Any]]] = {}
     stored = 0
+    playbook: dict[str, Any] = {}
     for size in sizes:
         # In steps of LEARNING_STEP, each generated with the memory the steps before left
         # and followed by a refit, as traffic and the periodic refit go in production (one
@@ -460,6 +487,8 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
             # After the sweep: trying again adds to memory only once the items are decided,
             # which they never are here.
             counts_by_size[size].update(_recovery(bench, evaluation.missed))
+        if options["playbook_rounds"] and size == sizes[-1] and size:
+            playbook = _playbook(bench, options, rng, size=size)
         extra_by_size[size] = {
             **_recommended(
                 calibration.recommendations if calibration else [],
@@ -481,6 +510,8 @@ def measure(options: dict[str, Any], sizes: list[int]) -> dict[str, Any]:
             for size, counts in counts_by_size.items()
         },
         "significance": significance(counts_by_size),
+        "playbook": playbook,
+        "reflector": settings.REFLECTOR_MODEL,
         "min_similarity": main_minimum,
         "framing": bench.queue.example_framing,
         "example_rewards": bench.queue.example_rewards,

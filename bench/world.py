@@ -248,12 +248,50 @@ def llm_endpoint(
         local.stop()
 
 
+def add_reflector_options(parser: CommandParser) -> None:
+    """Which model reflects on the playbook (default: the one that answers)."""
+    parser.add_argument(
+        "--reflector-local-llm",
+        default="",
+        choices=sorted(LOCAL_MODELS),
+        metavar="NAME",
+        help="The local catalogue's model to start as the reflector (REFLECTOR_MODEL).",
+    )
+    parser.add_argument(
+        "--reflector-api-base", default="", help="An OpenAI-compatible endpoint to reflect."
+    )
+    parser.add_argument(
+        "--reflector-model", default="", help="The model at --reflector-api-base, for litellm."
+    )
+
+
+@contextmanager
+def reflector_endpoint(options: Mapping[str, Any]) -> Iterator[dict[str, str]]:
+    """REFLECTOR_MODEL and REFLECTOR_API_BASE of `--reflector-local-llm` (started here) or
+    `--reflector-api-base`; none when neither is given: the answering model reflects."""
+    if not options.get("reflector_local_llm") and not options.get("reflector_api_base"):
+        yield {}
+        return
+    asked = {
+        "local_llm": options.get("reflector_local_llm"),
+        "llm_api_base": options.get("reflector_api_base"),
+        "llm_model": options.get("reflector_model"),
+    }
+    with llm_endpoint(asked, slots=1) as chosen:
+        yield {"REFLECTOR_MODEL": chosen["LLM_MODEL"], "REFLECTOR_API_BASE": chosen["LLM_API_BASE"]}
+
+
 def inside_with_local_llm(command: str, options: dict[str, Any]) -> dict[str, Any]:
     """Runs `command`'s measurement inside a world whose worker calls the real local LLM
-    (or the endpoint `--llm-api-base` names: see `llm_endpoint`), and adds the minutes the
-    whole run took."""
+    (or the endpoint `--llm-api-base` names: see `llm_endpoint`), reflecting with the
+    reflector's options where the command has them, and adds the minutes the whole run
+    took."""
     started = time.monotonic()
-    with llm_endpoint(options) as llm, world(command.replace("_", "-"), **llm) as here:
+    with (
+        llm_endpoint(options) as llm,
+        reflector_endpoint(options) as reflector,
+        world(command.replace("_", "-"), **llm, **reflector) as here,
+    ):
         here.worker(concurrency=4)
         result = dict(here.inside(command, options))
     result["minutes"] = round((time.monotonic() - started) / 60, 1)

@@ -37,20 +37,18 @@ LOG_MAX = 20
 REFLECTION_STALE = timedelta(hours=1)
 
 
-def _read_before(queue: Queue) -> tuple[int | None, set[str]]:
-    """What earlier reflections read: the newest decision (the next batch's start after it),
-    and the runs."""
-    newest: list[int] = []
+def _read_before(queue: Queue) -> tuple[set[int], set[str]]:
+    """The decisions and the runs earlier reflections read (a failed one read nothing)."""
+    decisions: set[int] = set()
     runs: set[str] = set()
-    for decisions, read_runs in (
+    for read_decisions, read_runs in (
         Proposal.objects.filter(queue=queue)
         .exclude(status=Proposal.Status.FAILED)
         .values_list("decisions", "runs")
     ):
-        if decisions:
-            newest.append(max(decisions))
+        decisions.update(read_decisions)
         runs.update(read_runs)
-    return max(newest, default=None), runs
+    return decisions, runs
 
 
 def _batch_share(decisions: int, runs: int, size: int) -> tuple[int, int]:
@@ -63,8 +61,8 @@ def _batch_share(decisions: int, runs: int, size: int) -> tuple[int, int]:
 def _waiting(queue: Queue, *, size: int) -> tuple[list[Decision], list[Trajectory]]:
     """A batch of at most `size`: decisions the first candidate lost and runs with a weak
     step, that no earlier reflection read, newest first."""
-    after_id, read_runs = _read_before(queue)
-    decisions = losing_decisions(queue, after_id=after_id, limit=size)
+    read_decisions, read_runs = _read_before(queue)
+    decisions = losing_decisions(queue, read=read_decisions, limit=size)
     runs = weak_runs(queue, read=read_runs, limit=size)
     taken_decisions, taken_runs = _batch_share(len(decisions), len(runs), size)
     return decisions[:taken_decisions], runs[:taken_runs]

@@ -39,14 +39,13 @@ def _clip(text: str) -> str:
     return text if len(text) <= TEXT_MAX_CHARS else text[: TEXT_MAX_CHARS - 1] + "…"
 
 
-def losing_decisions(queue: Queue, *, after_id: int | None, limit: int) -> list[Decision]:
-    """The queue's standing decisions newer than `after_id` whose first candidate (the
-    ranking's) was not taken as it was, newest first."""
+def losing_decisions(queue: Queue, *, read: Collection[int], limit: int) -> list[Decision]:
+    """The queue's standing decisions not read by an earlier reflection (`read`: their ids)
+    whose first candidate (the ranking's) was not taken as it was, newest first: a backlog is
+    read a batch at a time, newest first."""
     won = Q(verdict=Decision.Verdict.CHOSEN, chosen_candidate__rank=1)
     found = Decision.objects.standing().filter(item__queue=queue).exclude(won)
-    if after_id is not None:
-        found = found.filter(pk__gt=after_id)
-    return list(found.select_related("item").order_by("-pk")[:limit])
+    return list(found.exclude(pk__in=list(read)).select_related("item").order_by("-pk")[:limit])
 
 
 def dual_traces(decisions: list[Decision]) -> list[DualTrace]:

@@ -35,7 +35,7 @@ def test_only_decisions_the_first_candidate_lost_are_read_as_dual_traces(
     edited = ranked_decision(queue, user, pick_first=True, text="Freeze the card in the app first.")
     other_queue = QueueFactory(members=[user])
     ranked_decision(other_queue, user, pick_first=False)  # never read for `queue`
-    found = losing_decisions(queue, after_id=None, limit=10)
+    found = losing_decisions(queue, read=set(), limit=10)
     assert [d.pk for d in found] == [edited.pk, lost.pk] and won not in found
     first, second = dual_traces(found)
     assert first.preferred == "Freeze the card in the app first." and first.verdict == "edited"
@@ -246,3 +246,14 @@ def test_a_reflection_lost_with_its_worker_does_not_block_the_next(user: Any) ->
     lost.refresh_from_db()
     assert lost.status == Proposal.Status.FAILED and "worker stopped" in lost.notes
     assert again.decisions == lost.decisions  # a failed batch is read again
+
+
+def test_a_backlog_is_read_a_batch_at_a_time_newest_first(
+    queue: Any, user: Any, settings: Any
+) -> None:
+    settings.REFLECTION_BATCH = 2
+    oldest, middle, newest = (ranked_decision(queue, user, pick_first=False) for _ in range(3))
+    first = services.proposal_start(queue_id=queue.pk)
+    Proposal.objects.filter(pk=first.pk).update(status=Proposal.Status.EMPTY)
+    second = services.proposal_start(queue_id=queue.pk)
+    assert (first.decisions, second.decisions) == ([newest.pk, middle.pk], [oldest.pk])

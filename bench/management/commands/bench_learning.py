@@ -24,7 +24,12 @@ from bench.learning import (
     curve_svg,
     labelled_split,
 )
-from bench.world import WorldCommand, add_llm_options, inside_with_local_llm
+from bench.world import (
+    WorldCommand,
+    add_llm_options,
+    add_reflector_options,
+    inside_with_local_llm,
+)
 from icrlhf.queues.models import Queue
 
 # Columns of the printed table: the charted rates, then the ceiling of what memory can offer.
@@ -149,6 +154,15 @@ class Command(WorldCommand):
             help="At the largest size, try again on the held-out messages no candidate got "
             "right, against generating them afresh.",
         )
+        parser.add_argument(
+            "--playbook-rounds",
+            type=int,
+            default=0,
+            help="At the largest size, this many rounds of reflection (each approved without "
+            "a person), then the held-out messages with the learned playbook, the model alone "
+            "with it, and with a control playbook learned from shuffled decisions.",
+        )
+        add_reflector_options(parser)
         parser.add_argument("--out", default=str(settings.VAR_DIR / "bench" / "learning"))
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +216,8 @@ class Command(WorldCommand):
         for size in sizes:
             self._confidence_report(size, result["sizes"][str(size)])
         self._try_again_report(result["sizes"][str(sizes[-1])])
+        if result.get("playbook"):
+            self._playbook_report(result["sizes"][str(sizes[-1])], result["playbook"])
         self._sweep_report(result)
         self.stdout.write(
             f"{result['test']} held-out messages (95% Wilson intervals), {result['candidates']} "
@@ -218,6 +234,45 @@ class Command(WorldCommand):
         if largest.get("curve"):
             (out / "confidence.svg").write_text(confidence_curve_svg(sizes[-1], largest))
             self.stdout.write(f"Precision and coverage: {out / 'confidence.svg'}")
+
+    def _playbook_report(self, row: dict[str, Any], playbook: dict[str, Any]) -> None:
+        for line in playbook["playbook_rounds"]:
+            replay = line.get("replay")
+            self.stdout.write(
+                f"Reflection round {line['round']}: {line['status']}"
+                + (f", {len(line['changes'])} changes" if "changes" in line else "")
+                + (
+                    f", replay fixes {replay['fixed']} of {replay['failures']}, breaks "
+                    f"{replay['broke']} of {replay['successes']}"
+                    if replay
+                    else ""
+                )
+                + (f" → version {line['version']}" if line.get("version") else "")
+            )
+        entries = playbook["playbook_entries"]
+        self.stdout.write(f"The learned playbook ({len(entries)} rules):")
+        for entry in entries:
+            self.stdout.write(f"  - {entry}")
+        if not entries:
+            self.stdout.write("  (none: no arm with a playbook to measure)")
+            return
+        arms = [
+            ("examples only", row),
+            ("examples + learned playbook", playbook["with_playbook"]),
+            ("examples + control playbook", playbook.get("with_control_playbook")),
+        ]
+        for name, arm in arms:
+            if arm is None:
+                self.stdout.write(f"{name:>30}: – (the control learned no rule)")
+                continue
+            self.stdout.write(
+                f"{name:>30}: first candidate {_rate_cell(arm, 'first_accuracy')}, the "
+                f"model's own answers {_rate_cell(arm, 'llm_with_examples')}"
+            )
+        self.stdout.write(
+            f"{'the model alone':>30}: {_rate_cell(row, 'no_retrieval')}; with the learned "
+            f"playbook {_rate_cell(playbook['playbook_alone'], 'no_retrieval')}"
+        )
 
     def _try_again_report(self, row: dict[str, Any]) -> None:
         if row.get("try_again_recovered") is None:
