@@ -29,6 +29,7 @@ from bench.agent_env import (
     text_action,
     text_prompt,
 )
+from bench.playbook_arms import playbook_arms
 from bench.reviewed import answer_chosen, examples_indexed
 from icrlhf.ingest.services import token_create
 from icrlhf.insights.stats import wilson
@@ -443,7 +444,34 @@ def _learnt_curve(
             row["rejected_steps"] = live.filter(role=Example.Role.REJECTED).count()
             curve[str(size)] = row
         curves[variant] = {"seeded_with": seeds, "curve": curve}
+        if arm == "corrected" and options.get("playbook_rounds"):
+            curves[variant]["playbook"] = _playbook(
+                variant, queue, client, held_out, reviewer, options
+            )
     return curves
+
+
+def _playbook(
+    variant: str,
+    queue: Queue,
+    client: OpenAI,
+    held_out: list[Task],
+    reviewer: User,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """The playbook's arms on the queue's runs (its failures corrected by the desk): the
+    held-out goals with memory and the learned playbook, without memory (k=0) and with it,
+    and with memory and the control playbook."""
+    plain, plain_client = _queue(f"{queue.slug}-plain", {**options, "k": 0})
+    return playbook_arms(
+        queue=queue,
+        plain=plain,
+        reviewer=reviewer,
+        rounds=options["playbook_rounds"],
+        rng=random.Random(options["seed"]),
+        evaluate=lambda: _run(variant, client, queue.slug, held_out, options),
+        alone=lambda: _run(variant, plain_client, plain.slug, held_out, options),
+    )
 
 
 def measure(options: dict[str, Any]) -> dict[str, Any]:

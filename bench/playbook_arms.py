@@ -1,9 +1,9 @@
-"""The playbook's arms of bench_learning, at its largest size: R rounds of reflection through
-the product (`reflection.services`, replay included), each approved without a person; then
-the held-out messages again with the learned playbook in the prompt, the model alone with it,
-and with a control playbook learned in as many rounds from the same decisions with their
-preferred answers shuffled among them (credit assigned to the wrong requests), cut to the
-learned one's length. The queue keeps the learned playbook when it ends."""
+"""The playbook's arms of bench_learning and bench_agent, at their largest size: R rounds of
+reflection through the product (`reflection.services`, replay included), each approved
+without a person; then the held-out goals or messages again with the learned playbook in the
+prompt, the model alone with it, and with a control playbook learned in as many rounds from
+the same batches shuffled (preferred answers and corrections credited to the wrong requests),
+cut to the learned one's length. The queue keeps the learned playbook when it ends."""
 
 import random
 from collections.abc import Callable
@@ -23,8 +23,9 @@ from icrlhf.reflection import services as reflection
 from icrlhf.reflection.models import Mutation, Proposal
 from icrlhf.reflection.mutations import mutations_read
 from icrlhf.reflection.prompts import mutations_schema, reflector_messages
-from icrlhf.reflection.traces import DualTrace, dual_traces
+from icrlhf.reflection.traces import DualTrace, RunTrace, dual_traces, run_traces
 from icrlhf.review.models import Decision
+from icrlhf.trajectories.models import Trajectory
 
 
 @dataclass(frozen=True)
@@ -89,32 +90,47 @@ def _round_row(number: int, proposal: Proposal, made: Version | None) -> dict[st
     }
 
 
+def _elsewhere(count: int, rng: random.Random) -> list[int]:
+    """For each of `count` places, the place whose content it takes: never its own."""
+    order = list(range(count))
+    rng.shuffle(order)
+    source = list(range(count))
+    for position, place in enumerate(order):
+        source[place] = order[(position + 1) % count]
+    return source
+
+
 def shuffled(traces: list[DualTrace], rng: random.Random) -> list[DualTrace]:
     """The traces with their preferred answers (and the verdicts, reasons and comments that
     go with them) moved to other requests: every one lands elsewhere."""
     if len(traces) < 2:
         return traces
-    order = list(range(len(traces)))
-    rng.shuffle(order)
-    moved = {order[i]: traces[order[(i + 1) % len(order)]] for i in range(len(order))}
+    source = [traces[i] for i in _elsewhere(len(traces), rng)]
     return [
-        replace(
-            trace,
-            preferred=moved[i].preferred,
-            verdict=moved[i].verdict,
-            reasons=moved[i].reasons,
-            comment=moved[i].comment,
-        )
-        for i, trace in enumerate(traces)
+        replace(t, preferred=s.preferred, verdict=s.verdict, reasons=s.reasons, comment=s.comment)
+        for t, s in zip(traces, source, strict=True)
     ]
 
 
+def shuffled_runs(runs: list[RunTrace], rng: random.Random) -> list[RunTrace]:
+    """The runs with each weak step's correction and comment moved to another weak step of
+    the batch: the right action credited to the wrong situation."""
+    weak = [(r, s) for r, run in enumerate(runs) for s, step in enumerate(run.steps) if step.weak]
+    if len(weak) < 2:
+        return runs
+    steps = [list(run.steps) for run in runs]
+    for (r, s), source in zip(weak, _elsewhere(len(weak), rng), strict=True):
+        moved = runs[weak[source][0]].steps[weak[source][1]]
+        steps[r][s] = replace(steps[r][s], correction=moved.correction, comment=moved.comment)
+    return [replace(run, steps=own) for run, own in zip(runs, steps, strict=True)]
+
+
 def control_rounds(
-    queue: Queue, reviewer: User, batches: list[list[int]], rng: random.Random
+    queue: Queue, reviewer: User, batches: list[Proposal], rng: random.Random
 ) -> Version | None:
-    """As many rounds as the learned playbook took, on the same batches of decisions with
-    their preferred answers shuffled, from an empty playbook and with their own log of what
-    was approved (the real rounds' log would hand them the learned rules)."""
+    """As many rounds as the learned playbook took, on the same batches (decisions and runs)
+    shuffled, from an empty playbook and with their own log of what was approved (the real
+    rounds' log would hand them the learned rules)."""
     version_create(
         queue_id=queue.pk,
         drafts=[],
@@ -124,8 +140,14 @@ def control_rounds(
     )
     log: list[str] = []
     for batch in batches:
-        found = {d.pk: d for d in Decision.objects.filter(pk__in=batch).select_related("item")}
-        traces = shuffled(dual_traces([found[pk] for pk in batch if pk in found]), rng)
+        found = {
+            d.pk: d for d in Decision.objects.filter(pk__in=batch.decisions).select_related("item")
+        }
+        traces = shuffled(dual_traces([found[pk] for pk in batch.decisions if pk in found]), rng)
+        runs = shuffled_runs(
+            run_traces(queue, list(Trajectory.objects.filter(pk__in=batch.runs, queue=queue))),
+            rng,
+        )
         entries = version_entries(current_version(queue))
         try:
             answer = llm.complete(
@@ -134,6 +156,7 @@ def control_rounds(
                     entries=[(e.name, e.section, e.text) for e in entries],
                     log=log,
                     traces=traces,
+                    runs=runs,
                 ),
                 model=settings.REFLECTOR_MODEL,
                 params={
@@ -149,6 +172,7 @@ def control_rounds(
         drafts, _refused = mutations_read(
             answer.text,
             shown=[t.decision_id for t in traces],
+            shown_runs=[r.run_id for r in runs],
             entries={e.key: (e.section, e.text) for e in entries},
         )
         if not drafts:
@@ -157,9 +181,10 @@ def control_rounds(
             queue=queue,
             based_on=current_version(queue),
             model=settings.REFLECTOR_MODEL,
-            decisions=[t.decision_id for t in traces],
+            decisions=batch.decisions,
+            runs=batch.runs,
             status=Proposal.Status.OPEN,
-            notes="Bench control: the preferred answers shuffled among the requests.",
+            notes="Bench control: the batch shuffled (preferred answers, corrections).",
         )
         Mutation.objects.bulk_create(
             Mutation(proposal=proposal, op=d.op, key=d.key, section=d.section, text=d.text)
@@ -170,19 +195,27 @@ def control_rounds(
     return current_version(queue)
 
 
-def playbook_set(queue: Queue, entries: list[EntryDraft], reviewer: User, summary: str) -> None:
-    """`entries` as the queue's playbook (unless it holds them already)."""
+def _unless_in_force(change: Callable[[], object]) -> None:
+    """Makes the change, unless the playbook in force is that already (which the product
+    refuses as a change of nothing)."""
     try:
-        version_create(
+        change()
+    except ValidationError as error:
+        if "Nothing changed" not in error.messages[0]:
+            raise
+
+
+def playbook_set(queue: Queue, entries: list[EntryDraft], reviewer: User, summary: str) -> None:
+    """`entries` as the queue's playbook."""
+    _unless_in_force(
+        lambda: version_create(
             queue_id=queue.pk,
             drafts=entries,
             origin=Version.Origin.IMPORTED,
             author=reviewer,
             summary=summary,
         )
-    except ValidationError as error:
-        if "Nothing changed" not in error.messages[0]:
-            raise
+    )
 
 
 def learned_drafts(version: Version | None) -> list[EntryDraft]:
@@ -214,11 +247,12 @@ def playbook_arms(
     result["with_playbook"] = evaluate()
     playbook_set(plain, entries, reviewer, "Bench: the learned playbook, alone.")
     result["playbook_alone"] = alone()
-    control = control_rounds(queue, reviewer, [p.decisions for p in learned.proposals], rng)
+    control = control_rounds(queue, reviewer, learned.proposals, rng)
     control_entries = learned_drafts(control)[: len(entries)]
     result["control_entries"] = [f"{d.section}: {d.text}" for d in control_entries]
     if control_entries:
         playbook_set(queue, control_entries, reviewer, "Bench: the control, cut to length.")
         result["with_control_playbook"] = evaluate()
-    version_restore(queue=queue, number=learned.version.number, author=reviewer)
+    number = learned.version.number
+    _unless_in_force(lambda: version_restore(queue=queue, number=number, author=reviewer))
     return result

@@ -18,8 +18,12 @@ from tests.support.fixed_latency_llm import FixedLatencyLLM
 pytestmark = [pytest.mark.integration]
 
 
+RULE = "Look the order up before anything else."
+
+
 class RecordingLLM(FixedLatencyLLM):
-    """The fixed-answer endpoint, keeping every request it was sent."""
+    """The fixed-answer endpoint, keeping every request it was sent; asked as the reflector,
+    it proposes one rule citing the first trace it was shown."""
 
     def __init__(self) -> None:
         super().__init__(latency_s=0.05)
@@ -27,7 +31,14 @@ class RecordingLLM(FixedLatencyLLM):
 
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
         self.requests.append(request)
-        return super().answer(request)
+        answered = super().answer(request)
+        schema = (request.get("response_format") or {}).get("json_schema") or {}
+        if schema.get("name") == "playbook_mutations":
+            change = {"op": "add", "entry": "", "section": "Orders", "text": RULE, "cites": [1]}
+            answered["choices"][0]["message"]["content"] = json.dumps(
+                {"mutations": [{**change, "why": "the corrected runs looked it up first"}]}
+            )
+        return answered
 
 
 @pytest.fixture
@@ -70,6 +81,7 @@ def test_the_benchmark_runs_small_and_prints_its_figures(recording_llm: Recordin
         "bench_agent",
         "--held-out=3",
         "--sizes=0,2,3",
+        "--playbook-rounds=2",
         f"--llm-api-base={recording_llm.api_base}",
         "--json",
         stdout=out,
@@ -134,6 +146,20 @@ def test_the_benchmark_runs_small_and_prints_its_figures(recording_llm: Recordin
         for row in (first, grown):
             assert row["episodes"] == 3 and row["failed_calls"] == 0, row["first_error"]
             assert row["success_ci95"][0] == 0 < row["success_ci95"][1] < 1
+    # The playbook learned from the corrected runs: one round read them (the second found
+    # nothing new), its rule went into the agent's prompts through the gateway, with memory
+    # and without, and the control (the runs' corrections shuffled) was measured too.
+    for variant in ("tools", "text"):
+        playbook = result["corrected"][variant]["playbook"]
+        first_round, second_round = playbook["playbook_rounds"]
+        assert first_round["version"] == 1 and second_round["status"] == "not started"
+        assert playbook["playbook_entries"] == [f"Orders: {RULE}"]
+        for arm in ("with_playbook", "playbook_alone", "with_control_playbook"):
+            assert playbook[arm]["episodes"] == 3 and playbook[arm]["failed_calls"] == 0
+    agents_asked = [r for r in recording_llm.requests if not r.get("response_format")]
+    with_rule = [r for r in agents_asked if RULE in json.dumps(r["messages"])]
+    assert len(with_rule) >= 2 * 3 * 3  # 2 variants × 3 arms × 3 goals, a step or more each
+    assert any(f"{RULE}" in line for line in printed)
     queries = result["retrieval_queries"]
     assert set(queries) == {
         "last_user_message",

@@ -35,7 +35,14 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from bench.world import WorldCommand, add_llm_options, llm_endpoint, world
+from bench.world import (
+    WorldCommand,
+    add_llm_options,
+    add_reflector_options,
+    llm_endpoint,
+    reflector_endpoint,
+    world,
+)
 
 
 class Command(WorldCommand):
@@ -64,7 +71,17 @@ class Command(WorldCommand):
         parser.add_argument("--temperature", type=float, default=0.0)
         parser.add_argument("--concurrency", type=int, default=4, help="Episodes at once.")
         parser.add_argument("--seed", type=int, default=5)
+        parser.add_argument(
+            "--playbook-rounds",
+            type=int,
+            default=0,
+            help="With --learning corrected, at its largest size: this many rounds of "
+            "reflection on its runs (each approved without a person), then the held-out goals "
+            "with the learned playbook, without memory with it, and with a control playbook "
+            "learned from the runs shuffled.",
+        )
         add_llm_options(parser)
+        add_reflector_options(parser)
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
         import time
@@ -72,7 +89,11 @@ class Command(WorldCommand):
         options["variants"] = [v for v in options["variants"].split(",") if v]
         options["learning"] = [v for v in options["learning"].split(",") if v]
         started = time.monotonic()
-        with llm_endpoint(options) as llm, world("bench-agent", **llm) as here:
+        with (
+            llm_endpoint(options) as llm,
+            reflector_endpoint(options) as reflector,
+            world("bench-agent", **llm, **reflector) as here,
+        ):
             here.worker(concurrency=2)
             _, options["gateway_url"] = here.gateway()
             if {"rewarded", "corrected"} & set(options["learning"]):  # feedback: the web app
@@ -125,6 +146,9 @@ class Command(WorldCommand):
                         f"{training['succeeded']} succeeded{corrected}; steps stored "
                         f"preferred {row['preferred_steps']}, rejected {row['rejected_steps']}"
                     )
+        for variant, learnt in result["corrected"].items():
+            if "playbook" in learnt:
+                self._playbook_report(variant, learnt["playbook"])
         self.stdout.write("\nRetrieval query (held-out expert steps, nearest stored step):")
         for how, row in result["retrieval_queries"].items():
             self.stdout.write(
@@ -132,3 +156,22 @@ class Command(WorldCommand):
                 f"top-3 majority {row['top3_majority_right_action']:.0%}"
             )
         self.stdout.write(f"{result['minutes']} min")
+
+    def _playbook_report(self, variant: str, playbook: dict[str, Any]) -> None:
+        rounds = playbook["playbook_rounds"]
+        self.stdout.write(
+            f"\n{variant}, the playbook learned from the corrected runs in {len(rounds)} "
+            f"rounds: {len(playbook['playbook_entries'])} rules"
+        )
+        for entry in playbook["playbook_entries"]:
+            self.stdout.write(f"  - {entry}")
+        for name, key in (
+            ("with memory and the learned playbook", "with_playbook"),
+            ("without memory, with the learned playbook", "playbook_alone"),
+            ("with memory and the control playbook", "with_control_playbook"),
+        ):
+            row = playbook.get(key)
+            if row is None:
+                continue
+            low, high = row["success_ci95"]
+            self.stdout.write(f"  {name}: success {row['success_rate']:.0%} [{low:.0%}–{high:.0%}]")
