@@ -1,6 +1,8 @@
 """bench_triage's measurement, inside its world (see the command's docstring)."""
 
+import itertools
 import json
+import random
 import time
 from typing import Any
 
@@ -9,14 +11,19 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from bench.learning import Labelled, labelled_split
+from bench.playbook_arms import playbook_arms
 from bench.reviewed import answer_chosen, examples_indexed
 from icrlhf.generation.models import Candidate
+from icrlhf.insights.stats import wilson
 from icrlhf.kinds.triage.fields import fields_text
 from icrlhf.ops.demo import demo_login_ensure, demo_triage_queue_ensure
 from icrlhf.queues.models import Item, Queue
+from icrlhf.review.decisions import decision_record
 from icrlhf.triage.services import ticket_create, ticket_input_text
 
 TIMEOUT_S = 3600
+# Each ticket's external id (bench-N), unique across every queue of the run.
+_TICKET_NUMBERS = itertools.count(100_000)
 # The demo's triage queue, as `make run` seeds it (Banking77's 77 intents as categories).
 QUEUE_SETTINGS = {
     "kind": Queue.Kind.TRIAGE,
@@ -99,6 +106,94 @@ def _remember(queue: Queue, row: Labelled, reviewer: Any) -> None:
     answer_chosen(item, model="gold", reviewer=reviewer, text=fields_text(gold), fields=gold)
 
 
+def _accuracy(queue: Queue, rows: list[Labelled]) -> dict[str, Any]:
+    """The held-out tickets triaged through `queue`: how often its first proposal names the
+    true category."""
+    items = _settled([_ticket(queue, row, next(_TICKET_NUMBERS)) for row in rows])
+    first = {
+        c.generation.item_id: c
+        for c in reversed(
+            Candidate.objects.filter(generation__item__in=items)
+            .select_related("generation")
+            .order_by("generation__item", "position")
+        )
+    }
+    right = sum(
+        bool(first.get(item.pk) and (first[item.pk].fields or {}).get("category") == row.label)
+        for item, row in zip(items, rows, strict=True)
+    )
+    low, high = wilson(right, len(items))
+    return {
+        "tickets": len(items),
+        "right": right,
+        "accuracy": right / len(items),
+        "accuracy_ci95": [low, high],
+        "valid_share": _valid(items)["valid_share"],
+    }
+
+
+def _reviewed(queue: Queue, rows: list[Labelled], reviewer: Any) -> dict[str, int]:
+    """Tickets the model triages, decided as a reviewer would: its first proposal taken when
+    its category is right, else corrected to the right one (an edit: a decision the first
+    candidate lost, what reflection reads)."""
+    items = _settled([_ticket(queue, row, next(_TICKET_NUMBERS)) for row in rows])
+    counts = {"tickets": len(items), "first_right": 0, "corrected": 0}
+    for item, row in zip(items, rows, strict=True):
+        first = (
+            Candidate.objects.filter(generation__item=item, status=Candidate.Status.DONE)
+            .order_by("position")
+            .first()
+        )
+        if first is None or not first.fields:
+            continue  # nothing valid to correct
+        right = first.fields.get("category") == row.label
+        decision_record(
+            item_id=item.pk,
+            reviewer=reviewer,
+            verdict="chosen",
+            candidate_id=first.pk,
+            corrections={} if right else {"category": row.label},
+        )
+        counts["first_right" if right else "corrected"] += 1
+    return counts
+
+
+def _playbook(
+    queue: Queue,
+    reviewer: Any,
+    reviewed_rows: list[Labelled],
+    held_out: list[Labelled],
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """The playbook's arms: tickets reviewed as above (memory grows by them too, so the
+    held-out tickets are measured again with that memory and no playbook), then the rounds
+    of reflection and the arms, the model alone through a queue with no memory."""
+    reviewed = _reviewed(queue, reviewed_rows, reviewer)
+    examples_indexed([queue], timeout_s=TIMEOUT_S)
+    examples_only = _accuracy(queue, held_out)
+    plain = Queue.objects.create(
+        slug="bench-triage-plain",
+        name="Bench triage, no memory",
+        categories=queue.categories,
+        n_candidates=1,
+        k_examples=0,
+        **QUEUE_SETTINGS,
+    )
+    return {
+        "reviewed": reviewed,
+        "examples_only": examples_only,
+        **playbook_arms(
+            queue=queue,
+            plain=plain,
+            reviewer=reviewer,
+            rounds=options["playbook_rounds"],
+            rng=random.Random(options["seed"]),
+            evaluate=lambda: _accuracy(queue, held_out),
+            alone=lambda: _accuracy(plain, held_out),
+        ),
+    }
+
+
 def measure(options: dict[str, Any], *, sizes: list[int]) -> dict[str, Any]:
     data = settings.SHARED_DATA_DIR / "banking77"
     labels: list[str] = json.loads((data / "categories.json").read_text())
@@ -106,7 +201,7 @@ def measure(options: dict[str, Any], *, sizes: list[int]) -> dict[str, Any]:
         data / "test.csv",
         seed=options["seed"],
         test=options["held_out"],
-        stream=options["tickets"] + max(sizes),
+        stream=options["tickets"] + max(sizes) + options["playbook_tickets"],
     )
     validity_rows, memory_rows = stream[: options["tickets"]], stream[options["tickets"] :]
 
@@ -140,30 +235,15 @@ def measure(options: dict[str, Any], *, sizes: list[int]) -> dict[str, Any]:
             _remember(learning, row, reviewer)
         stored = size
         examples_indexed([learning], timeout_s=TIMEOUT_S)
-        items = _settled(
-            [_ticket(learning, row, 100_000 * (size + 1) + n) for n, row in enumerate(held_out)]
-        )
-        first = {
-            c.generation.item_id: c
-            for c in reversed(
-                Candidate.objects.filter(generation__item__in=items)
-                .select_related("generation")
-                .order_by("generation__item", "position")
-            )
-        }
-        right = sum(
-            bool(first.get(item.pk) and (first[item.pk].fields or {}).get("category") == row.label)
-            for item, row in zip(items, held_out, strict=True)
-        )
-        accuracy[str(size)] = {
-            "tickets": len(items),
-            "right": right,
-            "accuracy": right / len(items),
-            "valid_share": _valid(items)["valid_share"],
-        }
+        accuracy[str(size)] = _accuracy(learning, held_out)
+    playbook = {}
+    if options["playbook_rounds"]:
+        reviewed_rows = memory_rows[max(sizes) :]
+        playbook = _playbook(learning, reviewer, reviewed_rows, held_out, options)
     return {
         "valid": {"demo": _valid(demo_items), "banking77": _valid(bulk_items)},
         "accuracy": accuracy,
+        "playbook": playbook,
         "triage_valid_share": _valid([*demo_items, *bulk_items])["valid_share"],
         "model": settings.LLM_MODEL,
         "structured_output": True,

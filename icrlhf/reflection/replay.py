@@ -76,7 +76,8 @@ def successes_sample(queue: Queue, *, excluding: Sequence[int]) -> list[Decision
     """The newest decisions whose first candidate was taken as it was."""
     return list(
         Decision.objects.standing()
-        .filter(item__queue=queue, verdict=Decision.Verdict.CHOSEN, chosen_candidate__rank=1)
+        .filter(item__queue=queue)
+        .first_taken()
         .exclude(pk__in=excluding)
         .select_related("item", "generation", "generation__playbook")
         .order_by("-pk")[:SUCCESSES_SAMPLED]

@@ -43,8 +43,7 @@ def losing_decisions(queue: Queue, *, read: Collection[int], limit: int) -> list
     """The queue's standing decisions not read by an earlier reflection (`read`: their ids)
     whose first candidate (the ranking's) was not taken as it was, newest first: a backlog is
     read a batch at a time, newest first."""
-    won = Q(verdict=Decision.Verdict.CHOSEN, chosen_candidate__rank=1)
-    found = Decision.objects.standing().filter(item__queue=queue).exclude(won)
+    found = Decision.objects.standing().filter(item__queue=queue).first_taken(False)
     return list(found.exclude(pk__in=list(read)).select_related("item").order_by("-pk")[:limit])
 
 

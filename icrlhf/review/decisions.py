@@ -371,7 +371,7 @@ def _memory_credit(decision: Decision, *, undo: bool = False) -> None:
         version_id=decision.generation.playbook_id,
         first_chosen=decision.verdict == Decision.Verdict.CHOSEN
         and chosen is not None
-        and chosen.rank == 1,
+        and chosen.rank in (1, None),  # as DecisionQuerySet.first_taken
         undo=undo,
     )
 

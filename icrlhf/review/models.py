@@ -43,6 +43,15 @@ class DecisionQuerySet(models.QuerySet["Decision"]):
         )
         return decisions.filter(~Exists(earlier)).order_by("created_at", "pk")
 
+    def first_taken(self, taken: bool = True) -> "DecisionQuerySet":
+        """Those whose first candidate (the ranking's) was taken as it was, or with `taken`
+        False the others: what the playbook's counts and reflection call won and lost. A
+        generation never ranked has no first to lose against: its candidate taken won."""
+        won = Q(verdict=Decision.Verdict.CHOSEN) & (
+            Q(chosen_candidate__rank=1) | Q(chosen_candidate__rank__isnull=True)
+        )
+        return self.filter(won) if taken else self.exclude(won)
+
 
 class Decision(models.Model):
     """A reviewer's verdict on one generation. Its verdict and answer are never changed: what

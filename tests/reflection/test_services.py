@@ -17,7 +17,15 @@ from icrlhf.reflection.models import Mutation, Proposal
 from icrlhf.reflection.mutations import mutations_read
 from icrlhf.reflection.prompts import reflector_messages
 from icrlhf.reflection.traces import dual_traces, losing_decisions
-from tests.factories import QueueFactory, UserFactory, playbook_write, ranked_decision
+from icrlhf.review.decisions import decision_record
+from tests.factories import (
+    ItemFactory,
+    QueueFactory,
+    UserFactory,
+    playbook_write,
+    ranked_decision,
+    ready_generation,
+)
 from tests.support.llm_answer import LLMAnswer
 
 pytestmark = pytest.mark.django_db
@@ -257,3 +265,11 @@ def test_a_backlog_is_read_a_batch_at_a_time_newest_first(
     Proposal.objects.filter(pk=first.pk).update(status=Proposal.Status.EMPTY)
     second = services.proposal_start(queue_id=queue.pk)
     assert (first.decisions, second.decisions) == ([newest.pk, middle.pk], [oldest.pk])
+
+
+def test_a_pick_from_a_generation_never_ranked_is_no_loss(queue: Any, user: Any) -> None:
+    """An imported answer, or a lone candidate never ranked, has no first to lose against."""
+    item = ItemFactory(queue=queue)
+    (only,) = ready_generation(item, ["Order a new card."]).candidates.all()
+    decision_record(item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=only.pk)
+    assert losing_decisions(queue, read=set(), limit=10) == []

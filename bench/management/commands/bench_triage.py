@@ -16,7 +16,12 @@ from typing import Any
 
 from django.core.management.base import CommandParser
 
-from bench.world import WorldCommand, add_llm_options, inside_with_local_llm
+from bench.world import (
+    WorldCommand,
+    add_llm_options,
+    add_reflector_options,
+    inside_with_local_llm,
+)
 
 
 class Command(WorldCommand):
@@ -28,7 +33,20 @@ class Command(WorldCommand):
         parser.add_argument("--sizes", default="0,150,600", help="Stored decisions for (b).")
         parser.add_argument("--candidates", type=int, default=1, help="N per ticket in (a).")
         parser.add_argument("--seed", type=int, default=11)
+        parser.add_argument(
+            "--playbook-rounds",
+            type=int,
+            default=0,
+            help="After the largest size: --playbook-tickets tickets triaged by the model and "
+            "decided as a reviewer would, this many rounds of reflection on them (each "
+            "approved without a person), then the held-out tickets with the learned "
+            "playbook, without memory with it, and with a control learned from them shuffled.",
+        )
+        parser.add_argument(
+            "--playbook-tickets", type=int, default=60, help="Tickets reviewed for reflection."
+        )
         add_llm_options(parser)
+        add_reflector_options(parser)
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
         return inside_with_local_llm("bench_triage", options)
@@ -51,4 +69,30 @@ class Command(WorldCommand):
                 f"{row['accuracy']:.1%} of {row['tickets']} held-out tickets "
                 f"(valid {row['valid_share']:.0%})"
             )
+        if result["playbook"]:
+            self._playbook_report(result["playbook"])
         self.stdout.write(f"{result['minutes']} min")
+
+    def _playbook_report(self, playbook: dict[str, Any]) -> None:
+        reviewed = playbook["reviewed"]
+        self.stdout.write(
+            f"Reviewed for reflection: {reviewed['tickets']} tickets, the first proposal "
+            f"right on {reviewed['first_right']}, corrected on {reviewed['corrected']}; "
+            f"{len(playbook['playbook_rounds'])} rounds learned "
+            f"{len(playbook['playbook_entries'])} rules:"
+        )
+        for entry in playbook["playbook_entries"]:
+            self.stdout.write(f"  - {entry}")
+        for name, key in (
+            ("with memory, no playbook", "examples_only"),
+            ("with memory and the learned playbook", "with_playbook"),
+            ("without memory, with the learned playbook", "playbook_alone"),
+            ("with memory and the control playbook", "with_control_playbook"),
+        ):
+            row = playbook.get(key)
+            if row is not None:
+                low, high = row["accuracy_ci95"]
+                self.stdout.write(
+                    f"  {name}: category right {row['accuracy']:.1%} [{low:.0%}–{high:.0%}] "
+                    f"of {row['tickets']}"
+                )
