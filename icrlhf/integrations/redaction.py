@@ -135,7 +135,40 @@ def _phones(text: str, counts: dict[str, int]) -> str:
         text = text[: match.start] + PHONE + text[match.end :]
     if found:
         counts[PHONE] = counts.get(PHONE, 0) + len(found)
-    return text
+    # The matcher reads a number and the digits after it as one candidate, and drops it whole
+    # when that is no valid number ("+1 650 253 0000 2 times"): what it left is searched
+    # again, group by group, as card numbers are.
+    return _numbers(
+        text,
+        pattern=_PHONE_CANDIDATE,
+        ends=_phone_ends,
+        valid=_is_phone,
+        placeholder=PHONE,
+        counts=counts,
+    )
+
+
+# Digits in groups, as numbers are written: "+1 650 253 0000", "(650) 253-0000"; a time
+# after them is taken in ("2026-11-29 10:00"), so that a date and hour never end a number.
+_PHONE_CANDIDATE = re.compile(r"(?<![\w+])\+?\(?\d(?:[ ().-]{1,2}\(?\d|\d){6,}(?::\d+)*")
+# The longest phone number written with its separators: 15 digits (E.164) and a few more.
+_PHONE_MAX_CHARS = 24
+
+
+def _phone_ends(found: str) -> list[int]:
+    """Where a number may end in the candidate: its end, then each group's, longest first,
+    within a phone number's length."""
+    groups = [i for i, character in enumerate(found) if character in " -.)("]
+    return [end for end in [len(found), *reversed(groups)] if 7 <= end <= _PHONE_MAX_CHARS]
+
+
+def _is_phone(found: str) -> bool:
+    """What the matcher finds in `found` standing alone, all of it: its own checks apply
+    (dates and times are not numbers)."""
+    matches = phonenumbers.PhoneNumberMatcher(
+        found, settings.REDACTION_PHONE_REGION, leniency=phonenumbers.Leniency.VALID
+    )
+    return any(m.raw_string.strip(" -.(") == found.strip(" -.(") for m in matches)
 
 
 # Every kind of personal data found here holds a digit or an "@": a text with neither is

@@ -38,6 +38,7 @@ def test_personal_data_becomes_a_placeholder(text: str, expected: str) -> None:
         "IBAN GB00 WEST 1234 5698 7654 32",  # fails the IBAN check
         "user@@example.com and a@b",  # not addresses
         "Version 2.4.0 of 2026-11-25, 3 items",  # numbers, not phones
+        "at 2026-11-29 10:00 and 2026-11-29 10:00:00",  # times, not phones
     ],
 )
 def test_look_alikes_are_left_alone(text: str) -> None:
@@ -141,6 +142,12 @@ def test_envelope_keys_stay_only_on_messages_and_tool_calls_themselves() -> None
         ("row 1 2 3 4111 1111 1111 1111", f"row 1 2 3 {CARD}"),
         ("ab12 cd34 ef56 DE89 3704 0044 0532 0130 00", f"ab12 cd34 ef56 {IBAN}"),
         ("pay DE89 3704 0044 0532 0130 00 to a b c", f"pay {IBAN} to a b c"),
+        # A digit after a phone number: the matcher took both as one candidate and dropped it
+        # (found by the fuzzer on PostgreSQL's pass, written to the call log).
+        ("\U0008f57b +1 650 253 0000 2\U00034211", f"\U0008f57b {PHONE} 2\U00034211"),
+        ("call (650) 253-0000 2 times", f"call {PHONE} 2 times"),
+        ("ref 12 +44 20 7946 0958 7", f"ref 12 {PHONE} 7"),
+        ("+1 650 253 0000 2:30", f"{PHONE} 2:30"),
     ],
 )
 def test_a_number_is_found_among_the_groups_around_it(text: str, expected: str) -> None:
