@@ -116,7 +116,7 @@ def _reward(value: float | None) -> str:
 def _run_lines(number: int, run: RunTrace) -> str:
     lines = [f"Run {number}", f"Goal: {run.goal}"]
     if run.steps_hidden:
-        lines.append(f"({run.steps_hidden} other accepted steps not shown)")
+        lines.append(f"({run.steps_hidden} other steps not shown)")
     for step in run.steps:
         marks = ", ".join(filter(None, ["weak" if step.weak else "accepted", _reward(step.reward)]))
         lines.append(f"Step {step.position + 1} ({marks}): {step.action}")
