@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from icrlhf.playbook.checks import entry_problem
-from icrlhf.reflection.prompts import MUTATIONS_MAX
+from icrlhf.reflection.prompts import MUTATIONS_MAX, RULE_MAX_CHARS
 
 _ENTRY_NAME = re.compile(r"^\s*E(\d+)\s*$", re.IGNORECASE)
 
@@ -76,7 +76,9 @@ def _mutation(
     if not cites and not cites_runs:
         return None, "it cites none of the decisions or runs it was shown"
     section = " ".join(str(row.get("section") or "").split())
-    text = " ".join(str(row.get("text") or "").split())
+    text = _whole_sentences(" ".join(str(row.get("text") or "").split()))
+    if text is None:
+        return None, f"its rule was cut at {RULE_MAX_CHARS} characters, mid-sentence"
     why = " ".join(str(row.get("why") or "").split())[:300]
     key = None
     if op in ("edit", "retire"):
@@ -90,6 +92,8 @@ def _mutation(
             section = entries[key][0]
         if op == "edit" and entries[key] == (section, text):
             return None, "it changes nothing"
+    if op == "add" and any(held == text for _section, held in entries.values()):
+        return None, "the playbook holds that rule already"
     if op != "retire":
         problem = entry_problem(section=section, text=text)
         if problem is not None:
@@ -98,3 +102,15 @@ def _mutation(
         op=op, key=key, section=section, text=text, cites=cites, cites_runs=cites_runs, why=why
     )
     return draft, ""
+
+
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+
+
+def _whole_sentences(text: str) -> str | None:
+    """A rule the schema cut at its longest, down to its last whole sentence (None: it has
+    none); any other as it is."""
+    if len(text) < RULE_MAX_CHARS or text.endswith((".", "!", "?")):
+        return text
+    ends = [match.end() for match in _SENTENCE_END.finditer(text)]
+    return text[: ends[-1]] if ends else None

@@ -15,7 +15,7 @@ from icrlhf.playbook.selectors import playbook_in_force
 from icrlhf.reflection import services
 from icrlhf.reflection.models import Mutation, Proposal
 from icrlhf.reflection.mutations import mutations_read
-from icrlhf.reflection.prompts import reflector_messages
+from icrlhf.reflection.prompts import RULE_MAX_CHARS, reflector_messages
 from icrlhf.reflection.traces import dual_traces, losing_decisions
 from icrlhf.review.decisions import decision_record
 from tests.factories import (
@@ -273,3 +273,26 @@ def test_a_pick_from_a_generation_never_ranked_is_no_loss(queue: Any, user: Any)
     (only,) = ready_generation(item, ["Order a new card."]).candidates.all()
     decision_record(item_id=item.pk, reviewer=user, verdict="chosen", candidate_id=only.pk)
     assert losing_decisions(queue, read=set(), limit=10) == []
+
+
+def test_a_rule_cut_at_its_longest_keeps_its_whole_sentences_and_a_known_one_is_refused() -> None:
+    """Seen on the 1.5B reflector: a rule written past the schema's bound, and in the next
+    rounds the same rule proposed again."""
+    cut = "Ask which transfer is missing first. Then check the account balance and try tra"
+    cut = cut + "x" * (RULE_MAX_CHARS - len(cut))
+    endless = "y" * RULE_MAX_CHARS
+    kept, refused = mutations_read(
+        _answer(
+            *(
+                {"op": "add", "entry": "", "section": "T", "text": text, "cites": [1], "why": ""}
+                for text in (cut, endless, "Be brief.")
+            )
+        ),
+        shown=[5],
+        entries={1: ("Tone", "Be brief.")},
+    )
+    assert [m.text for m in kept] == ["Ask which transfer is missing first."]
+    assert refused == [
+        f"change 2: its rule was cut at {RULE_MAX_CHARS} characters, mid-sentence",
+        "change 3: the playbook holds that rule already",
+    ]
