@@ -174,6 +174,7 @@ def control_rounds(
             shown=[t.decision_id for t in traces],
             shown_runs=[r.run_id for r in runs],
             entries={e.key: (e.section, e.text) for e in entries},
+            requests=[t.request for t in traces] + [r.goal for r in runs],
         )
         if not drafts:
             continue

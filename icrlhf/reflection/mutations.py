@@ -30,11 +30,13 @@ def mutations_read(
     shown: Sequence[int],
     shown_runs: Sequence[str] = (),
     entries: Mapping[int, tuple[str, str]],
+    requests: Sequence[str] = (),
 ) -> tuple[list[MutationDraft], list[str]]:
     """The mutations the answer proposes that can stand, and why each other was refused.
     `shown`: the ids of the decisions the reflector was shown, then `shown_runs`, the runs',
     in the order it numbered them from 1 (its citations are those numbers; a mutation's are
-    the ids); `entries`: the playbook in force, by key ((section, text))."""
+    the ids); `entries`: the playbook in force, by key ((section, text)); `requests`: what
+    the batch's requests and goals said, as shown (a rule never copies one)."""
     try:
         answer = json.loads(text)
     except json.JSONDecodeError:
@@ -46,7 +48,9 @@ def mutations_read(
     refused: list[str] = []
     for number, row in enumerate(rows[:MUTATIONS_MAX], start=1):
         draft, problem = _mutation(row, shown=shown, shown_runs=shown_runs, entries=entries)
-        if draft is None:
+        if draft is not None and draft.op != "retire":
+            problem = _copied(draft, kept=kept, requests=requests)
+        if draft is None or problem:
             refused.append(f"change {number}: {problem}")
         else:
             kept.append(draft)
@@ -114,3 +118,20 @@ def _whole_sentences(text: str) -> str | None:
         return text
     ends = [match.end() for match in _SENTENCE_END.finditer(text)]
     return text[: ends[-1]] if ends else None
+
+
+# A request's words this long inside a rule are one customer's, not a general rule.
+_COPIED_MIN_CHARS = 24
+
+
+def _copied(draft: MutationDraft, *, kept: Sequence[MutationDraft], requests: Sequence[str]) -> str:
+    """Why the draft repeats what it should not (an earlier change of the same answer, or a
+    request of the batch), or "" when it does not."""
+    if any(other.op != "retire" and other.text == draft.text for other in kept):
+        return "it repeats an earlier change of this answer"
+    lowered = draft.text.casefold()
+    for request in requests:
+        words = " ".join(request.split()).casefold().rstrip("…")
+        if len(words) >= _COPIED_MIN_CHARS and words[: _COPIED_MIN_CHARS * 4] in lowered:
+            return "it copies a request of the batch: a rule is general, never one customer's"
+    return ""

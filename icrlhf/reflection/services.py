@@ -166,6 +166,7 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
         shown=[trace.decision_id for trace in traces],
         shown_runs=[run.run_id for run in runs],
         entries={e.key: (e.section, e.text) for e in entries},
+        requests=[t.request for t in traces] + [run.goal for run in runs],
     )
     Mutation.objects.bulk_create(
         Mutation(

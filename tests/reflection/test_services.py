@@ -296,3 +296,25 @@ def test_a_rule_cut_at_its_longest_keeps_its_whole_sentences_and_a_known_one_is_
         f"change 2: its rule was cut at {RULE_MAX_CHARS} characters, mid-sentence",
         "change 3: the playbook holds that rule already",
     ]
+
+
+def test_a_rule_copying_a_request_or_an_earlier_change_is_refused() -> None:
+    """Seen on the 1.5B reflecting on agents' runs: a customer's words as a rule, twice."""
+    goal = "The lamp from order 5489 is cracked. Please sort this out."
+    kept, refused = mutations_read(
+        _answer(
+            *(
+                {"op": "add", "entry": "", "section": "T", "text": text, "cites": [1], "why": ""}
+                for text in (goal, "Look the order up first.", "Look the order up first.")
+            )
+        ),
+        shown=[],
+        shown_runs=["run-1"],
+        entries={},
+        requests=[goal],
+    )
+    assert [(m.text, m.cites_runs) for m in kept] == [("Look the order up first.", ["run-1"])]
+    assert refused == [
+        "change 1: it copies a request of the batch: a rule is general, never one customer's",
+        "change 3: it repeats an earlier change of this answer",
+    ]
