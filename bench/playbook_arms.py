@@ -1,6 +1,6 @@
-"""The playbook's arms of bench_learning and bench_agent, at their largest size: R rounds of
-reflection through the product (`reflection.services`, replay included), each approved
-without a person; then the held-out goals or messages again with the learned playbook in the
+"""The playbook's arms of bench_learning, bench_agent and bench_triage, at their largest
+size: R rounds of reflection through the product (`reflection.services`, replay included),
+each approved without a person; then the held-out set again with the learned playbook in the
 prompt, the model alone with it, and with a control playbook learned in as many rounds from
 the same batches shuffled (preferred answers and corrections credited to the wrong requests),
 cut to the learned one's length. The queue keeps the learned playbook when it ends."""
