@@ -21,8 +21,6 @@ from icrlhf.playbook.services import EntryDraft, version_create, version_restore
 from icrlhf.queues.models import Queue
 from icrlhf.reflection import services as reflection
 from icrlhf.reflection.models import Mutation, Proposal
-from icrlhf.reflection.mutations import mutations_read
-from icrlhf.reflection.prompts import mutations_schema, reflector_messages
 from icrlhf.reflection.traces import DualTrace, RunTrace, dual_traces, run_traces
 from icrlhf.review.models import Decision
 from icrlhf.trajectories.models import Trajectory
@@ -148,34 +146,17 @@ def control_rounds(
             run_traces(queue, list(Trajectory.objects.filter(pk__in=batch.runs, queue=queue))),
             rng,
         )
-        entries = version_entries(current_version(queue))
         try:
-            answer = llm.complete(
-                messages=reflector_messages(
-                    version_number=None,
-                    entries=[(e.name, e.section, e.text) for e in entries],
-                    log=log,
-                    traces=traces,
-                    runs=runs,
-                ),
+            drafts, _refused = reflection.reflector_ask(
                 model=settings.REFLECTOR_MODEL,
-                params={
-                    "temperature": 0.0,
-                    "seed": 7,
-                    "max_tokens": reflection.REFLECTOR_MAX_TOKENS,
-                },
-                api_base=settings.REFLECTOR_API_BASE,
-                response_format=mutations_schema(),
+                version_number=None,
+                entries=version_entries(current_version(queue)),
+                log=log,
+                traces=traces,
+                runs=runs,
             )
         except llm.LLMError:
             continue
-        drafts, _refused = mutations_read(
-            answer.text,
-            shown=[t.decision_id for t in traces],
-            shown_runs=[r.run_id for r in runs],
-            entries={e.key: (e.section, e.text) for e in entries},
-            requests=[t.request for t in traces] + [r.goal for r in runs],
-        )
         if not drafts:
             continue
         proposal = Proposal.objects.create(

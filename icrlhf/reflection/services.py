@@ -4,6 +4,7 @@ mutations; a curator approves, edits or rejects each, and applying the proposal 
 playbook's next version."""
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 
@@ -15,15 +16,22 @@ from django.utils import timezone
 
 from icrlhf.integrations import llm
 from icrlhf.playbook.checks import entry_problem
-from icrlhf.playbook.models import Version
+from icrlhf.playbook.models import Entry, Version
 from icrlhf.playbook.selectors import current_version, version_entries
 from icrlhf.playbook.services import EntryDraft, version_create
 from icrlhf.queues.models import Queue
 from icrlhf.reflection.models import Mutation, Proposal
-from icrlhf.reflection.mutations import mutations_read
+from icrlhf.reflection.mutations import MutationDraft, mutations_read
 from icrlhf.reflection.prompts import mutations_schema, reflector_messages
 from icrlhf.reflection.replay import replay
-from icrlhf.reflection.traces import dual_traces, losing_decisions, run_traces, weak_runs
+from icrlhf.reflection.traces import (
+    DualTrace,
+    RunTrace,
+    dual_traces,
+    losing_decisions,
+    run_traces,
+    weak_runs,
+)
 from icrlhf.review.models import Decision
 from icrlhf.trajectories.models import Trajectory
 
@@ -128,6 +136,39 @@ def decided_log(queue: Queue) -> list[str]:
     ]
 
 
+def reflector_ask(
+    *,
+    model: str,
+    version_number: int | None,
+    entries: Sequence[Entry],
+    log: Sequence[str],
+    traces: Sequence[DualTrace],
+    runs: Sequence[RunTrace],
+) -> tuple[list[MutationDraft], list[str]]:
+    """The reflector's mutations of the playbook `entries` that can stand, and why each other
+    was refused. Raises llm.LLMError when the model cannot be asked."""
+    answer = llm.complete(
+        messages=reflector_messages(
+            version_number=version_number,
+            entries=[(e.name, e.section, e.text) for e in entries],
+            log=log,
+            traces=traces,
+            runs=runs,
+        ),
+        model=model,
+        params={"temperature": 0.0, "seed": 7, "max_tokens": REFLECTOR_MAX_TOKENS},
+        api_base=settings.REFLECTOR_API_BASE,
+        response_format=mutations_schema(),
+    )
+    return mutations_read(
+        answer.text,
+        shown=[trace.decision_id for trace in traces],
+        shown_runs=[run.run_id for run in runs],
+        entries={e.key: (e.section, e.text) for e in entries},
+        requests=[t.request for t in traces] + [run.goal for run in runs],
+    )
+
+
 def proposal_reflect(*, proposal_id: int) -> Proposal:
     """Ask the reflector for the proposal's mutations; keep those that can stand."""
     proposal = Proposal.objects.select_related("queue", "based_on").get(pk=proposal_id)
@@ -140,20 +181,14 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
         proposal.queue,
         list(Trajectory.objects.filter(pk__in=proposal.runs, queue=proposal.queue)),
     )
-    messages = reflector_messages(
-        version_number=proposal.based_on.number if proposal.based_on else None,
-        entries=[(e.name, e.section, e.text) for e in entries],
-        log=decided_log(proposal.queue),
-        traces=traces,
-        runs=runs,
-    )
     try:
-        answer = llm.complete(
-            messages=messages,
+        drafts, refused = reflector_ask(
             model=proposal.model,
-            params={"temperature": 0.0, "seed": 7, "max_tokens": REFLECTOR_MAX_TOKENS},
-            api_base=settings.REFLECTOR_API_BASE,
-            response_format=mutations_schema(),
+            version_number=proposal.based_on.number if proposal.based_on else None,
+            entries=entries,
+            log=decided_log(proposal.queue),
+            traces=traces,
+            runs=runs,
         )
     except llm.LLMError as error:
         logger.warning("Reflection %s failed: %s", proposal.pk, error)
@@ -161,13 +196,6 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
         proposal.notes = f"The reflector could not be asked: {error.summary}."
         proposal.save(update_fields=["status", "notes"])
         return proposal
-    drafts, refused = mutations_read(
-        answer.text,
-        shown=[trace.decision_id for trace in traces],
-        shown_runs=[run.run_id for run in runs],
-        entries={e.key: (e.section, e.text) for e in entries},
-        requests=[t.request for t in traces] + [run.goal for run in runs],
-    )
     Mutation.objects.bulk_create(
         Mutation(
             proposal=proposal,
