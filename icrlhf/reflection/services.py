@@ -23,7 +23,7 @@ from icrlhf.queues.models import Queue
 from icrlhf.reflection.models import Mutation, Proposal
 from icrlhf.reflection.mutations import MutationDraft, mutations_read
 from icrlhf.reflection.prompts import mutations_schema, reflector_messages
-from icrlhf.reflection.replay import replay
+from icrlhf.reflection.replay import Replay, replay
 from icrlhf.reflection.traces import (
     DualTrace,
     RunTrace,
@@ -177,10 +177,8 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
     entries = version_entries(proposal.based_on)
     batch = _batch(proposal)
     traces = dual_traces(batch)
-    runs = run_traces(
-        proposal.queue,
-        list(Trajectory.objects.filter(pk__in=proposal.runs, queue=proposal.queue)),
-    )
+    batch_runs = list(Trajectory.objects.filter(pk__in=proposal.runs, queue=proposal.queue))
+    runs = run_traces(proposal.queue, batch_runs)
     try:
         drafts, refused = reflector_ask(
             model=proposal.model,
@@ -210,25 +208,34 @@ def proposal_reflect(*, proposal_id: int) -> Proposal:
         for d in drafts
     )
     notes = [("Refused: " + "; ".join(refused) + ".")] if refused else []
-    if runs:
-        notes.append(
-            f"Read {len(runs)} agent run{'s' if len(runs) != 1 else ''} beside the decisions: "
-            "runs are not replayed (their steps answered the gateway's prompts, which replay "
-            "does not rebuild)."
-        )
-    if drafts and batch:
+    if drafts and (batch or batch_runs):
         try:
-            tried = replay(proposal=proposal, failures=batch, entries=entries)
+            tried = replay(proposal=proposal, failures=batch, entries=entries, runs=batch_runs)
         except llm.LLMError as error:
             notes.append(f"The replay could not be run: {error.summary}.")
         else:
-            proposal.replay_fixed, proposal.replay_failures = tried.fixed, tried.failures
-            proposal.replay_broke, proposal.replay_successes = tried.broke, tried.successes
-            proposal.replay_scored_by = tried.scored_by
+            if tried.failures or tried.successes:
+                proposal.replay_fixed, proposal.replay_failures = tried.fixed, tried.failures
+                proposal.replay_broke, proposal.replay_successes = tried.broke, tried.successes
+                proposal.replay_scored_by = tried.scored_by
+            if runs:
+                notes.append(_steps_note(tried, runs=len(runs)))
     proposal.status = Proposal.Status.OPEN if drafts else Proposal.Status.EMPTY
     proposal.notes = " ".join(notes)
     proposal.save()
     return proposal
+
+
+def _steps_note(tried: Replay, *, runs: int) -> str:
+    read = f"Read {runs} agent run{'s' if runs != 1 else ''} beside the decisions"
+    if not tried.steps_failed:
+        return f"{read}: none has a corrected step with its call logged, so none was replayed."
+    return (
+        f"{read}. Of the figures, agents' steps (asked again without examples, scored as "
+        f"taking the correction, or the action taken): fixes {tried.steps_fixed} of "
+        f"{tried.steps_failed} corrected steps, breaks {tried.steps_broke} of "
+        f"{tried.steps_succeeded} accepted ones."
+    )
 
 
 def _batch(proposal: Proposal) -> list[Decision]:

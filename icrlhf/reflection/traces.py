@@ -94,7 +94,7 @@ class RunTrace:
     reward: float | None
 
 
-def _weak_steps(queue: Queue) -> Q:
+def weak_steps_q(queue: Queue) -> Q:
     """Steps corrected by feedback, or rewarded below the queue's bar (its reward rule's
     threshold; without one, only runs reported failed count as low)."""
     if queue.reward_threshold is None:
@@ -114,7 +114,7 @@ def weak_runs(queue: Queue, *, read: Collection[str], limit: int) -> list[Trajec
     that a reviewer has not kept out of memory and that have a weak step."""
     runs = Step.objects.filter(
         trajectory__queue=queue, trajectory__approval__in=APPROVAL_ALLOWS_MEMORY
-    ).filter(_weak_steps(queue))
+    ).filter(weak_steps_q(queue))
     return list(
         Trajectory.objects.filter(pk__in=runs.values("trajectory_id"))
         .exclude(pk__in=list(read))
@@ -126,7 +126,7 @@ def run_traces(queue: Queue, runs: list[Trajectory]) -> list[RunTrace]:
     steps = list(Step.objects.filter(trajectory__in=runs).order_by("trajectory", "position", "pk"))
     weak = set(
         Step.objects.filter(pk__in=[s.pk for s in steps])
-        .filter(_weak_steps(queue))
+        .filter(weak_steps_q(queue))
         .values_list("pk", flat=True)
     )
     said: dict[int, Feedback] = {}  # each step's latest feedback with a correction or comment

@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from icrlhf.gateway.models import Call
+from icrlhf.integrations import llm
 from icrlhf.reflection import services
 from icrlhf.reflection.prompts import reflector_messages
 from icrlhf.reflection.traces import run_traces, weak_runs
@@ -128,7 +130,7 @@ def test_a_change_citing_a_run_makes_a_rule_that_keeps_the_run_as_its_source(
     proposal = services.proposal_reflect(proposal_id=proposal.pk)
     (mutation,) = proposal.mutations.all()
     assert (mutation.cites, mutation.cites_runs) == ([], [str(run.pk)])
-    assert "runs are not replayed" in proposal.notes
+    assert "none has a corrected step with its call logged" in proposal.notes
     curator = UserFactory()
     member_add(queue, curator, "curator")
     client = Client()
@@ -145,6 +147,89 @@ def test_a_change_citing_a_run_makes_a_rule_that_keeps_the_run_as_its_source(
     assert "from 1 agent run" in client.get(f"/q/{queue.slug}/playbook/").content.decode()
     with pytest.raises(Exception, match="Nothing new"):
         services.proposal_start(queue_id=queue.pk)  # the run was read
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("look_up_order", "refund")
+]
+
+
+def _logged_run(queue: Any, key: str, goal: str) -> Trajectory:
+    """`_run`, each step with the gateway's call logged (its conversation and tools)."""
+    steps = [
+        ([{"role": "user", "content": goal}], LOOK_UP),
+        (
+            [
+                {"role": "user", "content": goal},
+                {"role": "assistant", "content": None, "tool_calls": [LOOK_UP]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "delivered"},
+            ],
+            REFUND,
+        ),
+    ]
+    for messages, action in steps:
+        call = Call.objects.create(
+            queue=queue,
+            source=Call.Source.MODEL,
+            memory=Call.Memory.EMPTY,
+            context=messages,
+            options={"tools": TOOLS},
+        )
+        recorded = agent_step(queue, messages, key=key, tool_calls=[action], call_id=call.pk)
+    return recorded.trajectory
+
+
+def test_a_proposal_is_replayed_at_its_runs_corrected_steps_and_at_accepted_steps(
+    user: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = QueueFactory(members=[user], reward_threshold=0.5)
+    accepted = _logged_run(queue, "b", "Refund order 7")  # nothing weak: its steps succeeded
+    corrected = _logged_run(queue, "a", "Refund my order 4821")
+    _corrected(corrected, "Ask before refunding")
+    proposal = services.proposal_start(queue_id=queue.pk)
+    assert (proposal.decisions, proposal.runs) == ([], [str(corrected.pk)])
+    mutation = {
+        "op": "add",
+        "entry": "",
+        "section": "Refunds",
+        "text": "Ask the customer before refunding an order.",
+        "cites": [1],
+        "why": "the refund was corrected",
+    }
+    replayed: list[dict[str, Any]] = []
+    real = llm.complete
+
+    def scripted(**kwargs: Any) -> Any:
+        """The reflector's change; then, asked again with it, the corrected step asks first
+        (the correction), the accepted run refunds as before but no longer looks up."""
+        if "options" not in kwargs:
+            return real(**kwargs, mock_response=json.dumps({"mutations": [mutation]}))
+        replayed.append(kwargs)
+        messages = kwargs["messages"]
+        if "4821" in messages[1]["content"]:
+            answer = "Shall I refund order 4821?"
+        elif messages[-1]["role"] == "tool":
+            answer = '{"name": "refund", "arguments": {"order_id": "4821"}}'
+        else:
+            answer = "Which order?"
+        return real(**kwargs, mock_response=answer)
+
+    monkeypatch.setattr(llm, "complete", scripted)
+    proposal = services.proposal_reflect(proposal_id=proposal.pk)
+
+    assert proposal.status == proposal.Status.OPEN
+    # The corrected step is fixed; of the accepted run's two steps, one is broken.
+    assert (proposal.replay_fixed, proposal.replay_failures) == (1, 1)
+    assert (proposal.replay_broke, proposal.replay_successes) == (1, 2)
+    assert "fixes 1 of 1 corrected steps, breaks 1 of 2 accepted ones" in proposal.notes
+    assert str(accepted.pk) not in proposal.runs  # not read: only its steps replayed
+    assert len(replayed) == 3
+    for asked in replayed:
+        assert asked["options"] == {"tools": TOOLS}
+        system = asked["messages"][0]["content"]
+        assert "The playbook (version draft)" in system
+        assert "Ask the customer before refunding an order." in system
 
 
 @pytest.mark.parametrize(

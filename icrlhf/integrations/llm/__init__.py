@@ -77,9 +77,12 @@ def complete(
     params: dict[str, Any],
     api_base: str = "",
     response_format: dict[str, Any] | None = None,
+    options: dict[str, Any] | None = None,
     mock_response: str | None = None,
 ) -> Completion:
-    """One chat completion. `mock_response` is litellm's own offline switch, for tests."""
+    """One chat completion. `options`: a caller's tool and output fields, passed on as they
+    are (a replayed agent step's tools). `mock_response` is litellm's own offline switch, for
+    tests."""
     litellm = litellm_module()
     register_if_unlisted(model)
     started = time.monotonic()
@@ -88,13 +91,15 @@ def complete(
         response = litellm.completion(
             model=model,
             messages=messages,
-            **call_options(params, api_base, response_format),
+            **(call_options(params, api_base, response_format) | (options or {})),
             **extra,
         )
     except Exception as error:  # litellm raises many types: sorted by failure.
         raise failure(error) from error
     latency_ms = int((time.monotonic() - started) * 1000)
-    return completion_from(response, model=model, latency_ms=latency_ms)
+    return completion_from(
+        response, model=model, latency_ms=latency_ms, offered=offered_tools(options)
+    )
 
 
 async def acomplete(
