@@ -8,9 +8,15 @@ One slot is one generation's model call: its candidates asked for together (one 
 
 Counted where every worker shares it (`counters.slot_take`: the cache's Redis, in time
 buckets, as the gateway counts calls in flight): a slot its worker never gave back (killed
-mid-call) drops out once no call taken with it could still be running."""
+mid-call) drops out once no call taken with it could still be running.
+
+What finds no free slot joins the endpoint's waiting line (`wait_in_line`), in fair order,
+and is woken when a slot is given back (`next_in_line`): waiting costs nothing, where asking
+again every quarter second kept a worker busy doing nothing while the model was the
+bottleneck."""
 
 import hashlib
+import json
 import logging
 import time
 
@@ -21,7 +27,7 @@ from icrlhf.integrations.counters import BUCKET_S, Slot
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BUCKET_S", "Slot", "slot_give_back", "slot_take"]
+__all__ = ["BUCKET_S", "Slot", "next_in_line", "slot_give_back", "slot_take", "wait_in_line"]
 clock = time.time
 
 
@@ -60,3 +66,41 @@ def slot_give_back(slot: Slot) -> None:
         counters.slot_give_back(slot)
     except Exception:
         logger.warning("Review's slot not given back: the cache is unavailable", exc_info=True)
+
+
+# The score of a place in line: the fair priority first, then the time it joined.
+_PRIORITY_WEIGHT = 1e11
+
+
+def _line(api_base: str) -> str:
+    return f"review-line:{_endpoint(api_base)}"
+
+
+def wait_in_line(*, api_base: str, candidate_ids: list[int], priority: int) -> bool:
+    """Puts candidates that found no slot in the endpoint's line, behind those of a better
+    (lower) fair priority and those that came before. False when the cache is unavailable:
+    the caller asks again later by itself."""
+    try:
+        counters.line_join(
+            _line(api_base),
+            json.dumps(candidate_ids),
+            score=priority * _PRIORITY_WEIGHT + clock(),
+            timeout_s=int(_longest_call_s()) * 10,
+        )
+    except Exception:
+        logger.warning("Review's waiting line not joined: the cache is unavailable")
+        return False
+    return True
+
+
+def next_in_line(*, api_base: str) -> list[int] | None:
+    """The candidates first in the endpoint's line, taken out of it."""
+    try:
+        member = counters.line_next(_line(api_base))
+    except Exception:
+        logger.warning("Review's waiting line not read: the cache is unavailable")
+        return None
+    if member is None:
+        return None
+    ids: list[int] = json.loads(member)
+    return ids

@@ -264,7 +264,7 @@ def _memory_candidates_fill(
     return len(offers)
 
 
-def candidates_generate(*, candidate_ids: list[int]) -> None:
+def candidates_generate(*, candidate_ids: list[int], woken: bool = False) -> None:
     """Claim the candidates, call the model for all of them at once, and save each answer or
     error the moment it arrives (the item page shows candidates as they come).
 
@@ -272,20 +272,29 @@ def candidates_generate(*, candidate_ids: list[int]) -> None:
     backoff. Attempts are capped on the row, not on a task: a candidate enqueued again (by
     the sweeper, by a redelivery) never calls the model more than LLM_MAX_RETRIES + 1 times.
     The model is called within review's share of its endpoint (endpoint_share.py); while that
-    is all in use, the candidates wait for it, their attempt not counted. A candidate stopped
-    meanwhile (its item decided) is not claimed: the task returns without calling the model.
+    is all in use, the candidates wait in line for it, their attempt not counted. A candidate
+    stopped meanwhile (its item decided) is not claimed: the task returns without calling the
+    model, and, `woken` for a slot given back, passes the slot on to the next in line.
     """
     claimed = _candidates_claim(candidate_ids)
     if claimed:
         _candidates_run_in_share(claimed, run=_candidates_run)
+    elif woken:
+        api_base = Generation.objects.filter(candidates__pk__in=candidate_ids).values_list(
+            "api_base", flat=True
+        )
+        for base in set(api_base):
+            _share_wake(api_base=base)
 
 
 def _candidates_run_in_share(
     claimed: list[Candidate], *, run: Callable[[list[Candidate]], None]
 ) -> None:
     """`run` the claimed candidates within review's share of their endpoint; when it is all
-    in use, they wait for it instead (endpoint_share.py)."""
-    slot = endpoint_share.slot_take(api_base=claimed[0].generation.api_base)
+    in use, they wait in line for it instead (endpoint_share.py), and the call that gives its
+    slot back wakes the first in line."""
+    api_base = claimed[0].generation.api_base
+    slot = endpoint_share.slot_take(api_base=api_base)
     if slot is None:
         _candidates_wait_for_share(claimed)
         return
@@ -293,28 +302,25 @@ def _candidates_run_in_share(
         run(claimed)
     finally:
         endpoint_share.slot_give_back(slot)
+        _share_wake(api_base=api_base)
 
 
-# A generation waiting for its endpoint's share asks again after this long, doubled at each
-# step of its fair priority: the next in its queue asks every ¼ s, far down a flood every 30 s.
-# A slot that comes free goes to whoever asks first, so the next of a queue with nothing
-# waiting goes ahead of a flood's backlog, as the broker's priorities do; and a flood of a
-# thousand waiting costs the workers a few dozen asks a second, not thousands.
-SHARE_WAIT_FIRST_S = 0.25
-SHARE_WAIT_MAX_S = 30.0
-
-
-def _share_wait_s(priority: int) -> float:
-    return min(SHARE_WAIT_MAX_S, SHARE_WAIT_FIRST_S * (1 << priority)) * random.uniform(0.75, 1.25)
+# A generation in line for its endpoint's share is woken when a slot is given back. Its ask
+# is due by this long at the latest (`retry_at`): once that is GENERATION_LOST_AFTER_S
+# overdue, the sweeper sends it again, in case its wake was lost (the cache flushed, a worker
+# killed between its call and the wake); one still in line keeps its place. A hundred
+# generations waiting so cost the worker about one task every two seconds.
+SHARE_WAIT_DUE_S = 60
+# Without the cache's line (it failed meanwhile), a generation asks again after this long.
+SHARE_WAIT_UNLINED_S = 1.0
 
 
 def _candidates_wait_for_share(claimed: list[Candidate]) -> None:
     """Put claimed candidates back to pending, their attempt not counted (the model was not
-    asked), and ask again later, at their fair priority. `retry_at` tells the sweeper that a
-    message is on its way (recovery.py)."""
+    asked), in their endpoint's line at their fair priority. `retry_at` tells the sweeper
+    when their ask is overdue (recovery.py)."""
     generation = claimed[0].generation
     priority = fair_priority(generation_id=generation.pk, queue_id=generation.item.queue_id)
-    countdown = _share_wait_s(priority)
     candidate_ids = [c.pk for c in claimed]
     waiting = Candidate.objects.filter(
         pk__in=candidate_ids, status=Candidate.Status.RUNNING
@@ -322,15 +328,37 @@ def _candidates_wait_for_share(claimed: list[Candidate]) -> None:
         status=Candidate.Status.PENDING,
         attempts=F("attempts") - 1,
         lease_expires_at=None,
-        retry_at=timezone.now() + timedelta(seconds=countdown),
+        retry_at=timezone.now() + timedelta(seconds=SHARE_WAIT_DUE_S),
     )
     if waiting:  # none: stopped meanwhile (the item was decided)
         transaction.on_commit(
-            lambda: tasks.candidates_generate.apply_async(
-                (candidate_ids,), countdown=countdown, priority=priority
+            lambda: _share_line_join(
+                api_base=generation.api_base, candidate_ids=candidate_ids, priority=priority
             ),
             robust=True,
         )
+
+
+def _share_line_join(*, api_base: str, candidate_ids: list[int], priority: int) -> None:
+    if not endpoint_share.wait_in_line(
+        api_base=api_base, candidate_ids=candidate_ids, priority=priority
+    ):
+        tasks.candidates_generate.apply_async(
+            (candidate_ids,), countdown=SHARE_WAIT_UNLINED_S, priority=priority
+        )
+        return
+    # A slot given back between this one's ask and its joining the line woke nobody.
+    slot = endpoint_share.slot_take(api_base=api_base)
+    if slot is not None:
+        endpoint_share.slot_give_back(slot)
+        _share_wake(api_base=api_base)
+
+
+def _share_wake(*, api_base: str) -> None:
+    """Sends the first in the endpoint's line to take the slot just given back."""
+    woken = endpoint_share.next_in_line(api_base=api_base)
+    if woken is not None:
+        tasks.candidates_generate.apply_async((woken,), {"woken": True}, priority=0)
 
 
 def _candidates_run(claimed: list[Candidate]) -> None:

@@ -52,9 +52,9 @@ class CandidatesTask(Task):  # type: ignore[misc]
 
 
 @shared_task(name="generation.candidates_generate", base=CandidatesTask)
-def candidates_generate(candidate_ids: list[int]) -> None:
+def candidates_generate(candidate_ids: list[int], woken: bool = False) -> None:
     with asynchronous_commits():
-        pipeline.candidates_generate(candidate_ids=candidate_ids)
+        pipeline.candidates_generate(candidate_ids=candidate_ids, woken=woken)
 
 
 @shared_task(name="generation.candidate_generate", base=CandidatesTask)

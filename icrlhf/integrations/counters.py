@@ -12,6 +12,7 @@ Every function raises when the cache's server cannot be reached: the caller deci
 that opens or closes its limit."""
 
 import math
+import threading
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -132,3 +133,45 @@ def slot_give_back(slot: Slot) -> None:
     """Raises when the cache's server cannot be reached."""
     if slot.key:
         subtract(slot.key, 1)  # unless its bucket expired: then it no longer counts
+
+
+# Waiting lines: members (strings) waiting for a slot, taken lowest score first; a member
+# already in line keeps its place when it joins again. In Redis a sorted set; without Redis,
+# a dict in the cache (one process's memory: the tests), read and written whole under a lock.
+_lines_lock = threading.Lock()
+
+
+def line_join(name: str, member: str, *, score: float, timeout_s: int) -> None:
+    """Puts `member` in `name`'s line at `score`, unless it is in line already; the line
+    lives `timeout_s` from its latest join. Raises when the cache's server cannot be
+    reached."""
+    client = cache_redis()
+    key = cache.make_and_validate_key(name)
+    if client is not None:
+        with client.pipeline() as joining:
+            joining.zadd(key, {member: score}, nx=True)
+            joining.expire(key, timeout_s)
+            joining.execute()
+        return
+    with _lines_lock:
+        line = cache.get(name) or {}
+        cache.set(name, {member: score, **line}, timeout=timeout_s)
+
+
+def line_next(name: str) -> str | None:
+    """Takes the member with the lowest score out of `name`'s line (None: nobody waits).
+    Raises when the cache's server cannot be reached."""
+    client = cache_redis()
+    if client is not None:
+        taken: list[tuple[bytes, float]] = client.zpopmin(  # type: ignore[assignment]
+            cache.make_and_validate_key(name), 1
+        )
+        return taken[0][0].decode() if taken else None
+    with _lines_lock:
+        line = dict(cache.get(name) or {})
+        if not line:
+            return None
+        first: str = min(line, key=line.__getitem__)
+        del line[first]
+        cache.set(name, line)
+        return first

@@ -1,6 +1,7 @@
 """Review generation's share of an endpoint (issue 46): a flood of review work never takes
 more than REVIEW_GENERATION_MAX_CONCURRENT of an endpoint's calls at once; what waits is not
-a failure, asks again at its fair priority, and is not mistaken for lost by the sweeper."""
+a failure, waits in line in fair order until a slot is given back (issue 59: it does not ask
+again meanwhile), and is not mistaken for lost by the sweeper."""
 
 from datetime import timedelta
 from typing import Any
@@ -44,7 +45,9 @@ def sent_again(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     monkeypatch.setattr(
         tasks.candidates_generate,
         "apply_async",
-        lambda args, **options: sent.append({"args": args, **options}),
+        lambda args, kwargs=None, **options: sent.append(
+            {"args": args, "kwargs": kwargs or {}, **options}
+        ),
     )
     return sent
 
@@ -56,40 +59,60 @@ def _prepared(queue: Any, user: Any, *, inline: bool = False) -> Generation:
 
 
 @pytest.mark.usefixtures("vector_store", "one_at_a_time")
-def test_a_generation_waits_for_its_endpoints_share_without_spending_an_attempt(
+def test_a_generation_waits_in_line_for_its_share_and_is_woken_when_a_slot_comes_back(
     queue: Any,
     user: Any,
     model_calls: list[llm.Call],
     sent_again: list[dict[str, Any]],
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    generation = _prepared(queue, user)
-    ids = list(generation.candidates.order_by("pk").values_list("pk", flat=True))
-    held = endpoint_share.slot_take(api_base="")  # review's one call to the install's endpoint
-    assert held is not None
-    assert endpoint_share.slot_take(api_base="") is None
+    first, second = _prepared(queue, user), _prepared(queue, user)
+    first_ids = list(first.candidates.order_by("pk").values_list("pk", flat=True))
+    second_ids = list(second.candidates.order_by("pk").values_list("pk", flat=True))
 
-    with django_capture_on_commit_callbacks(execute=True):
-        tasks.candidates_generate.apply(args=[ids])
-    assert model_calls == []
-    waiting = list(generation.candidates.all())
-    assert {(c.status, c.attempts) for c in waiting} == {(Candidate.Status.PENDING, 0)}
-    assert all(c.retry_at is not None for c in waiting)
-    # The batch asks again shortly, at its fair priority: nothing is ahead of it in its queue.
-    [again] = sent_again
-    assert again["args"] == (ids,) and again["priority"] == 0 and 0 < again["countdown"] <= 1
+    def while_the_first_runs(claimed: list[Candidate]) -> None:
+        """The second asks while the first holds review's one slot of the endpoint."""
+        with django_capture_on_commit_callbacks(execute=True):
+            tasks.candidates_generate.apply(args=[second_ids])
+        waiting = list(second.candidates.all())
+        assert {(c.status, c.attempts) for c in waiting} == {(Candidate.Status.PENDING, 0)}
+        assert all(c.retry_at is not None for c in waiting)
+        assert sent_again == []  # in line: nothing asks again meanwhile
+        # Another endpoint's share is its own.
+        elsewhere = _prepared(QueueFactory(api_base="http://127.0.0.1:9/other/v1"), user)
+        pipeline.candidates_generate(candidate_ids=[c.pk for c in elsewhere.candidates.all()])
+        pipeline._candidates_run(claimed)
 
-    # Another endpoint's share is its own.
-    elsewhere = _prepared(QueueFactory(api_base="http://127.0.0.1:9/other/v1"), user)
-    pipeline.candidates_generate(candidate_ids=[c.pk for c in elsewhere.candidates.all()])
-    assert len(model_calls) == 1
-
-    endpoint_share.slot_give_back(held)
-    pipeline.candidates_generate(candidate_ids=ids)
-    assert len(model_calls) == 2
-    done = list(generation.candidates.all())
+    pipeline._candidates_run_in_share(
+        pipeline._candidates_claim(first_ids), run=while_the_first_runs
+    )
+    assert len(model_calls) == 2  # the first's and the other endpoint's
+    # Its slot given back, the first woke the second, at once.
+    [woken] = sent_again
+    assert woken == {"args": (second_ids,), "kwargs": {"woken": True}, "priority": 0}
+    pipeline.candidates_generate(candidate_ids=second_ids, woken=True)
+    assert len(model_calls) == 3
+    done = list(second.candidates.all())
     assert {(c.status, c.attempts) for c in done} == {(Candidate.Status.DONE, 1)}
     assert endpoint_share.slot_take(api_base="") is not None  # given back after the call
+    assert endpoint_share.next_in_line(api_base="") is None
+
+
+@pytest.mark.usefixtures("vector_store", "one_at_a_time")
+def test_the_line_is_in_fair_order_and_a_woken_generation_stopped_meanwhile_wakes_the_next(
+    queue: Any, user: Any, sent_again: list[dict[str, Any]]
+) -> None:
+    flood, stopped, next_one = (_prepared(queue, user) for _ in range(3))
+    ids = [list(g.candidates.values_list("pk", flat=True)) for g in (flood, stopped, next_one)]
+    endpoint_share.wait_in_line(api_base="", candidate_ids=ids[0], priority=3)
+    endpoint_share.wait_in_line(api_base="", candidate_ids=ids[1], priority=0)
+    endpoint_share.wait_in_line(api_base="", candidate_ids=ids[2], priority=0)
+    endpoint_share.wait_in_line(api_base="", candidate_ids=ids[1], priority=0)  # keeps its place
+    assert endpoint_share.next_in_line(api_base="") == ids[1]
+    Candidate.objects.filter(pk__in=ids[1]).update(status=Candidate.Status.FAILED)
+    pipeline.candidates_generate(candidate_ids=ids[1], woken=True)  # nothing to claim
+    assert [sent["args"] for sent in sent_again] == [(ids[2],)]
+    assert endpoint_share.next_in_line(api_base="") == ids[0]  # the flood's comes last
 
 
 @pytest.mark.usefixtures("vector_store", "one_at_a_time")
@@ -106,7 +129,9 @@ def test_a_prepare_task_that_generates_inline_waits_for_the_share_too(
         generation = _prepared(queue, user, inline=True)
     assert model_calls == []
     assert set(generation.candidates.values_list("status", "attempts")) == {("pending", 0)}
-    assert len(sent_again) == 1
+    assert sent_again == []
+    ids = sorted(generation.candidates.values_list("pk", flat=True))
+    assert sorted(endpoint_share.next_in_line(api_base="") or []) == ids
     assert generation.status == Generation.Status.RUNNING
 
 
@@ -128,9 +153,10 @@ def test_a_slot_never_given_back_stops_counting_once_no_call_could_still_run(
 def test_a_candidate_waiting_for_the_share_is_not_swept_until_its_ask_is_overdue(
     queue: Any, user: Any, settings: Any
 ) -> None:
-    """Waiting for a share can outlast GENERATION_LOST_AFTER_S in a flood; the candidate asks
-    again every few seconds meanwhile, and a sweep enqueuing it again would double its asks
-    at every sweep. Only an ask overdue by that long was lost (its worker died)."""
+    """Waiting for a share can outlast GENERATION_LOST_AFTER_S in a flood; the candidate's
+    ask is due by its `retry_at` (it is woken sooner when a slot comes back), and a sweep
+    enqueuing it again before then would only send it back to its place in line. Only an
+    ask overdue by GENERATION_LOST_AFTER_S was lost (its wake, or its worker)."""
     item = item_create(queue=queue, input_text="Where is my card?", created_by=user)
     generation = item.generations.get()
     long_ago = timezone.now() - timedelta(hours=1)

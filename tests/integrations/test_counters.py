@@ -86,3 +86,12 @@ def test_the_limits_hold_on_the_shared_counters(
         False,
     ]
     assert attempt_allowed("test", "me", per_minute=3, cost=1)  # 2 + 1: the refused not counted
+
+
+def test_a_waiting_line_gives_its_lowest_score_first_and_a_place_is_kept_on_joining_again(
+    store: str,
+) -> None:
+    counters.line_join("line", "late", score=5, timeout_s=60)
+    counters.line_join("line", "early", score=1, timeout_s=60)
+    counters.line_join("line", "late", score=0, timeout_s=60)  # in line already: keeps its place
+    assert [counters.line_next("line") for _ in range(3)] == ["early", "late", None]

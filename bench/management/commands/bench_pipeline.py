@@ -1,6 +1,7 @@
 """Pipeline benchmark: fan-out ratio, decision → retrievable latency, app overhead; with
 `--local-model`, the time to a generation's first candidate and to all N on the real local
-model.
+model; with `--waiting`, what waiting for review's share of an endpoint costs the worker
+(bench/waiting.py).
 
 The command sets up a throw-away world (SQLite file, Qdrant local folder, its own broker
 queue), an OpenAI-compatible endpoint with a fixed 1 s latency (or the local llama.cpp
@@ -16,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandParser
 
+from bench import waiting
 from bench.world import WorldCommand, add_llm_options, llm_endpoint, percentile, world
 from icrlhf.ops.stack import wait_until
 from tests.support.fixed_latency_llm import FixedLatencyLLM
@@ -50,6 +52,24 @@ class Command(WorldCommand):
         parser.add_argument("--sizes", default="1,4,8", help="N values for --local-model.")
         parser.add_argument("--repeats", type=int, default=5, help="Items per N, --local-model.")
         parser.add_argument(
+            "--waiting",
+            type=lambda value: [int(n) for n in value.split(",")],
+            default=[],
+            metavar="1,10,100",
+            help="Instead: the worker's CPU while this many generations wait in line for "
+            "review's share of an endpoint, one level after the other.",
+        )
+        parser.add_argument(
+            "--window", type=float, default=10.0, help="Seconds the worker's CPU is measured."
+        )
+        parser.add_argument(
+            "--hold",
+            type=float,
+            default=40.0,
+            help="Seconds each model call takes in --waiting: longer than a level's items take "
+            "to join the line and the window.",
+        )
+        parser.add_argument(
             "--database-url",
             default="",
             help="A PostgreSQL server to run on, e.g. postgres://postgres@127.0.0.1:5432/test: "
@@ -58,6 +78,8 @@ class Command(WorldCommand):
         )
 
     def outside(self, options: dict[str, Any]) -> dict[str, Any]:
+        if options["waiting"]:
+            return waiting.outside(options)
         options["local_model"] |= bool(options["llm_api_base"])  # a real model, not the fixed one
         if options["local_model"]:
             return _local_model_outside(options)
@@ -75,9 +97,14 @@ class Command(WorldCommand):
             llm.stop()
 
     def measure(self, options: dict[str, Any]) -> dict[str, Any]:
+        if options["waiting"]:
+            return waiting.measure(options)
         return local_model_measure(options) if options["local_model"] else measure(options)
 
     def report(self, result: dict[str, Any], options: dict[str, Any]) -> None:
+        if options["waiting"]:
+            self._report_waiting(result)
+            return
         if options["local_model"]:
             self._report_local_model(result)
             return
@@ -106,6 +133,19 @@ class Command(WorldCommand):
             )
         for line in lines:
             self.stdout.write(line)
+
+    def _report_waiting(self, result: dict[str, Any]) -> None:
+        self.stdout.write(
+            f"Waiting for review's share of an endpoint (1 call, held {result['llm_latency_s']:.0f}"
+            f" s): the worker's CPU over {result['window_s']:.0f} s (target < 2% of a core)"
+        )
+        self.stdout.write(f"{'waiting':>7} | {'worker CPU':>10} | first in line woken after")
+        for level in result["levels"]:
+            held = "" if level["held_throughout"] else " (the slot came back within the window)"
+            self.stdout.write(
+                f"{level['waiting']:>7} | {level['worker_cpu_percent']:>8.2f} % | "
+                f"{level['woken_after_ms']:.0f} ms{held}"
+            )
 
     def _report_local_model(self, result: dict[str, Any]) -> None:
         slots = f", {result['slots']} requests decoded at once" if result["slots"] else ""

@@ -1,0 +1,117 @@
+"""What waiting for review's share of an endpoint costs (`bench_pipeline --waiting`): the
+worker's CPU while 1, 10 and 100 generations wait in line on a held slot, and how soon the
+first in line starts once the slot comes back.
+
+The world has review's share at one call (REVIEW_GENERATION_MAX_CONCURRENT=1) and a model
+endpoint that answers after a fixed latency, longer than the measuring window: one
+generation holds the slot for its whole call while the others wait. Each level's first in
+line, woken when the holder's call ends, holds the slot for the next level; the rest of
+each level are called off (their candidates marked failed), so that the line drains.
+"""
+
+import time
+from typing import Any
+
+import psutil
+
+from bench.world import world
+from icrlhf.ops.stack import wait_until
+from tests.support.fixed_latency_llm import FixedLatencyLLM
+
+
+def outside(options: dict[str, Any]) -> dict[str, Any]:
+    latency_s = options["hold"]
+    llm = FixedLatencyLLM(latency_s=latency_s).start()
+    try:
+        with world(
+            "bench-waiting",
+            database_url=options["database_url"],
+            LLM_API_BASE=llm.api_base,
+            LLM_MODEL="openai/fixed-latency",
+            REVIEW_GENERATION_MAX_CONCURRENT="1",
+        ) as here:
+            worker = here.worker(concurrency=12)
+            result = here.inside("bench_pipeline", {**options, "worker_pid": worker.process.pid})
+            return {**result, "llm_latency_s": latency_s}
+    finally:
+        llm.stop()
+
+
+def measure(options: dict[str, Any]) -> dict[str, Any]:
+    """Runs inside the world: drives the product through its services."""
+    from django.contrib.auth import get_user_model
+
+    from icrlhf.generation.services import item_create
+    from icrlhf.queues.models import Queue
+
+    worker = psutil.Process(options["worker_pid"])
+    reviewer = get_user_model().objects.create_user("bench-reviewer")
+    queue = Queue.objects.create(slug="bench-waiting", name="Waiting", n_candidates=1)
+    holder = _candidate_of(item_create(queue=queue, input_text="Holder", created_by=reviewer))
+    levels = []
+    for count in options["waiting"]:
+        items = [
+            item_create(queue=queue, input_text=f"Waiting {count}.{n}", created_by=reviewer)
+            for n in range(count)
+        ]
+        level, holder = _level(
+            items, holder=holder, worker=worker, window_s=options["window"], hold_s=options["hold"]
+        )
+        levels.append(level)
+    return {"mode": "waiting", "window_s": options["window"], "levels": levels}
+
+
+def _candidate_of(item: Any) -> Any:
+    from icrlhf.generation.models import Candidate
+
+    found = Candidate.objects.filter(generation__item=item).first()
+    assert found is not None
+    return found
+
+
+def _level(
+    items: list[Any], *, holder: Any, worker: psutil.Process, window_s: float, hold_s: float
+) -> tuple[dict[str, Any], Any]:
+    """The worker's CPU while `items` wait in line behind one call holding the slot (the
+    holder's, or, when one of them took the slot first, that one's); then the first in line
+    is woken (and returned: it holds the slot next), the others called off."""
+    from icrlhf.generation.models import Candidate
+
+    level = [holder, *(_candidate_of(item) for item in items)]
+    rows = Candidate.objects.filter(pk__in=[c.pk for c in level])
+    calling = rows.filter(status=Candidate.Status.RUNNING)
+    in_line = rows.filter(status=Candidate.Status.PENDING, retry_at__isnull=False)
+    try:
+        wait_until(
+            lambda: calling.count() == 1 and in_line.count() == len(items),
+            timeout_s=hold_s,
+            what="the line",
+        )
+    except RuntimeError as error:
+        states = list(rows.values_list("status", "retry_at", "attempts"))
+        raise RuntimeError(f"{error}: {states}") from error
+    time.sleep(1.0)  # the last joins commit
+    holding = calling.get()
+    before, opened = worker.cpu_times(), time.monotonic()
+    time.sleep(window_s)
+    after, closed = worker.cpu_times(), time.monotonic()
+    busy_s = (after.user - before.user) + (after.system - before.system)
+    held = calling.filter(pk=holding.pk).exists()
+    # The first in line (the oldest: the line is in fair order) is kept: woken when the
+    # holding call ends, it holds the slot for the next level. The others are called off:
+    # woken, they claim nothing and pass the slot on.
+    first, *others = in_line.order_by("pk")
+    Candidate.objects.filter(pk__in=[c.pk for c in others]).update(
+        status=Candidate.Status.FAILED, error="Called off by the benchmark."
+    )
+    woken = Candidate.objects.filter(pk=first.pk, status=Candidate.Status.RUNNING)
+    wait_until(woken.exists, timeout_s=2 * hold_s, what="the first in line to be woken")
+    holding.refresh_from_db()
+    first.refresh_from_db()
+    assert first.started_at is not None and holding.finished_at is not None
+    return {
+        "waiting": len(items),
+        "worker_cpu_percent": round(100 * busy_s / (closed - opened), 2),
+        "held_throughout": held,
+        "woken_after_ms": round((first.started_at - holding.finished_at).total_seconds() * 1000, 1),
+    }, first
