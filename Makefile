@@ -97,7 +97,6 @@ embedding-model: install-dev secret-key
 
 run: install-run models
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py collectstatic --noinput -v 0
 	$(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py runstack --port $(PORT)
 

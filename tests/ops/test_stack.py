@@ -79,7 +79,7 @@ def stack() -> Iterator[RunningStack]:
         LOCAL_LLM_MODEL_PATH=str(settings.LOCAL_LLM_MODEL_PATH),
         LLM_MAX_RETRIES="1",
     ) as here:
-        here.manage("collectstatic", "--noinput", "-v", "0")
+        # A new var directory, with no static files collected: runstack collects them.
         running = RunningStack(here.env, web_port, gateway_port)
         try:
             wait_for(lambda: running.said("icrlhf is running"), timeout_s=180, what="the stack")

@@ -76,10 +76,11 @@ class GatewayProcess(_TestProcess):
     """The real gateway (uvicorn, ASGI) in its own process, on the tests' database. Its
     retrievals go through the session's worker, which owns the embedded store."""
 
-    def __init__(self, *, env: dict[str, str], log: Path) -> None:
+    def __init__(self, *, env: dict[str, str], log: Path, processes: int = 0) -> None:
+        """`processes`: how many (0: GATEWAY_PROCESSES, which the tests' settings set to 1)."""
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        super().__init__(gateway_command(self.port), env=env, log=log)
+        super().__init__(gateway_command(self.port, workers=processes), env=env, log=log)
 
     def wait_ready(self, timeout_s: float = 60) -> None:
         def ready() -> bool:

@@ -4,6 +4,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from icrlhf.ops.catalogue import local_model
@@ -55,6 +56,8 @@ class Command(BaseCommand):
         # must take the same way out, or the parts would outlive the command.
         for stop_signal in STOP_SIGNALS:
             signal.signal(stop_signal, _stop_requested)
+        # The web part serves the static files' manifest: a new var directory has none.
+        call_command("collectstatic", interactive=False, verbosity=0)
         supervisor = Supervisor(
             run_dir=settings.VAR_DIR / "run", log_dir=settings.VAR_DIR / "log", say=self.say
         )

@@ -1,0 +1,100 @@
+"""The gateway as installs run it: two processes (GATEWAY_PROCESSES' default on two cores),
+where every other test runs one. Calls answered by each process are logged, through the
+journal on the machine's Redis, in the order they were made; stopping the gateway stops
+both processes."""
+
+import http.client
+import json
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from bench.world import database_url_of
+from icrlhf.gateway.models import Call
+from icrlhf.ingest.services import token_create
+from tests.factories import QueueFactory
+from tests.support.caches import cache_in_redis
+from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.processes import GatewayProcess
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+MAX_CALLS = 40  # until each process has answered one; the kernel hands connections out
+
+
+def _served_by(port: int, body: dict[str, Any], token: str, processes: list[psutil.Process]) -> int:
+    """Makes one call on a connection of its own; the pid of the process that answered it
+    (the one holding the connection's other end, kept alive after the answer)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(
+            "POST",
+            "/v1/chat/completions",
+            body=json.dumps(body),
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        response = connection.getresponse()
+        assert response.status == 200, response.read()
+        response.read()
+        assert connection.sock is not None
+        client_port = connection.sock.getsockname()[1]
+        (pid,) = [
+            process.pid
+            for process in processes
+            if any(c.raddr and c.raddr.port == client_port for c in process.net_connections())
+        ]
+        return pid
+    finally:
+        connection.close()
+
+
+def _serving(parent: int) -> list[psutil.Process] | None:
+    """The two processes uvicorn started to serve (beside multiprocessing's resource
+    tracker), once both are up."""
+    serving = [
+        child
+        for child in psutil.Process(parent).children()
+        if "spawn_main" in " ".join(child.cmdline())
+    ]
+    return serving if len(serving) == 2 else None
+
+
+def test_calls_through_each_of_two_gateway_processes_are_logged_in_order_and_stop_together(
+    tmp_path: Path, settings: Any
+) -> None:
+    prefix = cache_in_redis(settings)
+    queue = QueueFactory(slug="desk", capture_below_similarity=None)
+    token = token_create(queue=queue, name="app")[1]
+    upstream = FixedLatencyLLM(latency_s=0.05).start()
+    gateway = GatewayProcess(
+        env={
+            "DJANGO_SETTINGS_MODULE": "icrlhf.settings",  # its cache is Redis, as in production
+            "CELERY_QUEUE": prefix,  # the cache's key prefix
+            "CACHE_URL": settings.CELERY_BROKER_URL,
+            "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
+            "LLM_API_BASE": upstream.api_base,
+            "GATEWAY_RECALL_TIMEOUT_S": "1",
+        },
+        log=tmp_path / "gateway.log",
+        processes=2,
+    )
+    try:
+        gateway.wait_ready()
+        processes = wait_for(lambda: _serving(gateway.process.pid), what="two processes")
+        served: list[int] = []
+        while len(set(served)) < 2 and len(served) < MAX_CALLS:
+            body = {"model": "desk", "messages": [{"role": "user", "content": f"Q{len(served)}"}]}
+            served.append(_served_by(gateway.port, body, token, processes))
+        assert len(set(served)) == 2, f"one process answered all {len(served)} calls"
+
+        logged = Call.objects.filter(queue=queue).order_by("created_at", "pk")
+        wait_for(lambda: logged.count() == len(served), what="every call in the log")
+        assert [call.request_text for call in logged] == [f"Q{n}" for n in range(len(served))]
+    finally:
+        gateway.stop()
+        upstream.stop()
+    gone, alive = psutil.wait_procs(processes, timeout=15)
+    assert alive == [] and len(gone) == 2
