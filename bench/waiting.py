@@ -29,6 +29,8 @@ def outside(options: dict[str, Any]) -> dict[str, Any]:
             LLM_API_BASE=llm.api_base,
             LLM_MODEL="openai/fixed-latency",
             REVIEW_GENERATION_MAX_CONCURRENT="1",
+            # The held call must not time out: it would be retried, not ended.
+            LLM_TIMEOUT_S=str(2 * latency_s),
         ) as here:
             worker = here.worker(concurrency=12)
             result = here.inside("bench_pipeline", {**options, "worker_pid": worker.process.pid})
@@ -46,12 +48,23 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
 
     worker = psutil.Process(options["worker_pid"])
     reviewer = get_user_model().objects.create_user("bench-reviewer")
-    queue = Queue.objects.create(slug="bench-waiting", name="Waiting", n_candidates=1)
-    holder = _candidate_of(item_create(queue=queue, input_text="Holder", created_by=reviewer))
+
+    def queue_of(slug: str) -> Queue:
+        return Queue.objects.create(slug=slug, name=slug, n_candidates=1)
+
+    holder = _candidate_of(
+        item_create(queue=queue_of("holder"), input_text="Holder", created_by=reviewer)
+    )
     levels = []
     for count in options["waiting"]:
+        # Each in a queue of its own, so each is its queue's next, at the best fair priority:
+        # the case where waiting cost most when generations asked again by themselves.
         items = [
-            item_create(queue=queue, input_text=f"Waiting {count}.{n}", created_by=reviewer)
+            item_create(
+                queue=queue_of(f"waiting-{count}-{n}"),
+                input_text=f"Waiting {count}.{n}",
+                created_by=reviewer,
+            )
             for n in range(count)
         ]
         level, holder = _level(
@@ -91,7 +104,10 @@ def _level(
         states = list(rows.values_list("status", "retry_at", "attempts"))
         raise RuntimeError(f"{error}: {states}") from error
     time.sleep(1.0)  # the last joins commit
-    holding = calling.get()
+    # The call holding the slot started first; a generation that asks again by itself is
+    # claimed for a moment each time it asks (the code this measured against did).
+    holding = calling.order_by("started_at").first()
+    assert holding is not None
     before, opened = worker.cpu_times(), time.monotonic()
     time.sleep(window_s)
     after, closed = worker.cpu_times(), time.monotonic()
@@ -104,9 +120,13 @@ def _level(
     Candidate.objects.filter(pk__in=[c.pk for c in others]).update(
         status=Candidate.Status.FAILED, error="Called off by the benchmark."
     )
-    woken = Candidate.objects.filter(pk=first.pk, status=Candidate.Status.RUNNING)
-    wait_until(woken.exists, timeout_s=2 * hold_s, what="the first in line to be woken")
+    done = Candidate.objects.filter(pk=holding.pk, finished_at__isnull=False)
+    wait_until(done.exists, timeout_s=2 * hold_s, what="the holding call to end")
     holding.refresh_from_db()
+    woken = Candidate.objects.filter(
+        pk=first.pk, status=Candidate.Status.RUNNING, started_at__gt=holding.finished_at
+    )
+    wait_until(woken.exists, timeout_s=hold_s, what="the first in line to be woken")
     first.refresh_from_db()
     assert first.started_at is not None and holding.finished_at is not None
     return {

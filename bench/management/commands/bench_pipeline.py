@@ -65,7 +65,7 @@ class Command(WorldCommand):
         parser.add_argument(
             "--hold",
             type=float,
-            default=40.0,
+            default=60.0,
             help="Seconds each model call takes in --waiting: longer than a level's items take "
             "to join the line and the window.",
         )
