@@ -302,7 +302,8 @@ def _candidates_run_in_share(
         run(claimed)
     finally:
         endpoint_share.slot_give_back(slot)
-        _share_wake(api_base=api_base)
+        if slot.key:  # counted: others may be waiting for it (uncounted, none can be)
+            _share_wake(api_base=api_base)
 
 
 # A generation in line for its endpoint's share is woken when a slot is given back. Its ask
