@@ -122,14 +122,19 @@ def _whole_sentences(text: str) -> str | None:
 
 # A request's words this long inside a rule are one customer's, not a general rule.
 _COPIED_MIN_CHARS = 24
+# The reflector's prompt's own words about the playbook (prompts.reflector_messages), which
+# the 1.5B, shown an empty playbook, once wrote back as its rule.
+_PROMPT_WORDS = ("(no rules yet)", "the playbook (version")
 
 
 def _copied(draft: MutationDraft, *, kept: Sequence[MutationDraft], requests: Sequence[str]) -> str:
-    """Why the draft repeats what it should not (an earlier change of the same answer, or a
-    request of the batch), or "" when it does not."""
+    """Why the draft repeats what it should not (an earlier change of the same answer, the
+    reflector's prompt, or a request of the batch), or "" when it does not."""
     if any(other.op != "retire" and other.text == draft.text for other in kept):
         return "it repeats an earlier change of this answer"
     lowered = draft.text.casefold()
+    if any(words in lowered for words in _PROMPT_WORDS):
+        return "it copies the reflector's prompt, not a rule"
     for request in requests:
         words = " ".join(request.split()).casefold().rstrip("…")
         if len(words) >= _COPIED_MIN_CHARS and words[: _COPIED_MIN_CHARS * 4] in lowered:

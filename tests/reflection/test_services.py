@@ -318,3 +318,23 @@ def test_a_rule_copying_a_request_or_an_earlier_change_is_refused() -> None:
         "change 1: it copies a request of the batch: a rule is general, never one customer's",
         "change 3: it repeats an earlier change of this answer",
     ]
+
+
+def test_a_rule_copying_the_reflectors_prompt_is_refused() -> None:
+    """Seen on the 1.5B reflecting on triage decisions, shown an empty playbook."""
+    kept, refused = mutations_read(
+        _answer(
+            {
+                "op": "add",
+                "entry": "",
+                "section": "rules",
+                "text": "The playbook (version 1): (no rules yet)",
+                "cites": [1],
+                "why": "",
+            }
+        ),
+        shown=[5],
+        entries={},
+    )
+    assert kept == []
+    assert refused == ["change 1: it copies the reflector's prompt, not a rule"]
