@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from bench.world import database_url_of
 from icrlhf.gateway import call_log
 from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
@@ -21,7 +20,7 @@ from icrlhf.trajectories.models import Step
 from tests.factories import QueueFactory
 from tests.support.caches import cache_in_redis
 from tests.support.fixed_latency_llm import FixedLatencyLLM
-from tests.support.processes import GatewayProcess
+from tests.support.processes import GatewayProcess, production_gateway_env
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,12 +39,7 @@ def test_every_call_answered_before_the_gateway_is_killed_is_in_the_log(
     upstream = FixedLatencyLLM(latency_s=0.2).start()
     gateway = GatewayProcess(
         env={
-            "DJANGO_SETTINGS_MODULE": "icrlhf.settings",  # its cache is Redis, as in production
-            "CELERY_QUEUE": prefix,  # the cache's key prefix
-            "CACHE_URL": settings.CELERY_BROKER_URL,
-            "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
-            "LLM_API_BASE": upstream.api_base,
-            "GATEWAY_RECALL_TIMEOUT_S": "1",
+            **production_gateway_env(settings, cache_prefix=prefix, llm_api_base=upstream.api_base),
             "GATEWAY_PROCESSES": "1",
         },
         log=tmp_path / "gateway.log",

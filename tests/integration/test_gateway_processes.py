@@ -11,13 +11,12 @@ from typing import Any
 import psutil
 import pytest
 
-from bench.world import database_url_of
 from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from tests.factories import QueueFactory
 from tests.support.caches import cache_in_redis
 from tests.support.fixed_latency_llm import FixedLatencyLLM
-from tests.support.processes import GatewayProcess
+from tests.support.processes import GatewayProcess, production_gateway_env
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -70,14 +69,7 @@ def test_calls_through_each_of_two_gateway_processes_are_logged_in_order_and_sto
     token = token_create(queue=queue, name="app")[1]
     upstream = FixedLatencyLLM(latency_s=0.05).start()
     gateway = GatewayProcess(
-        env={
-            "DJANGO_SETTINGS_MODULE": "icrlhf.settings",  # its cache is Redis, as in production
-            "CELERY_QUEUE": prefix,  # the cache's key prefix
-            "CACHE_URL": settings.CELERY_BROKER_URL,
-            "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
-            "LLM_API_BASE": upstream.api_base,
-            "GATEWAY_RECALL_TIMEOUT_S": "1",
-        },
+        env=production_gateway_env(settings, cache_prefix=prefix, llm_api_base=upstream.api_base),
         log=tmp_path / "gateway.log",
         processes=2,
     )

@@ -5,7 +5,9 @@ import os
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
+from bench.world import database_url_of
 from icrlhf.ops.stack import celery_worker_command, free_port, gateway_command, http_ok
 from tests.support.waiting import wait_for
 
@@ -88,3 +90,20 @@ class GatewayProcess(_TestProcess):
             return http_ok(f"http://127.0.0.1:{self.port}/healthz")
 
         wait_for(ready, timeout_s=timeout_s, what="the gateway")
+
+
+def production_gateway_env(
+    settings: Any, *, cache_prefix: str, llm_api_base: str
+) -> dict[str, str]:
+    """A gateway process's environment as production configures it (the product's settings,
+    its cache in the machine's Redis under `cache_prefix`, so the call log goes through the
+    journal), on the tests' database, its upstream at `llm_api_base`; retrieval, with no
+    worker to ask, gives up after 1 s."""
+    return {
+        "DJANGO_SETTINGS_MODULE": "icrlhf.settings",
+        "CELERY_QUEUE": cache_prefix,  # the cache's key prefix
+        "CACHE_URL": settings.CELERY_BROKER_URL,
+        "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
+        "LLM_API_BASE": llm_api_base,
+        "GATEWAY_RECALL_TIMEOUT_S": "1",
+    }
