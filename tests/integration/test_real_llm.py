@@ -14,6 +14,7 @@ from django.conf import settings
 from icrlhf.generation.models import Candidate
 from icrlhf.generation.prompts import examples_sent
 from icrlhf.generation.services import item_create
+from icrlhf.kinds.triage.fields import REPLY_MIN_CHARS
 from icrlhf.memory.models import Example
 from icrlhf.ops.catalogue import local_model
 from icrlhf.queues.models import Item
@@ -126,7 +127,10 @@ def test_every_triage_the_local_model_proposes_is_valid(
     for candidate in valid:
         assert candidate.fields["category"] in categories
         assert candidate.fields["priority"] in {"low", "normal", "high", "urgent"}
-        assert len(candidate.fields["reply"]) >= 20
+        # The schema's minLength counts the characters the model wrote, spaces included, and
+        # the stored reply is stripped: the length holds for the raw answer, not the field.
+        assert len(json.loads(candidate.text)["reply"]) >= REPLY_MIN_CHARS
+        assert candidate.fields["reply"].strip()
     _ranked(item)
 
 
