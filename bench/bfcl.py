@@ -16,6 +16,7 @@ The `live_*` categories are never read: they are held back for the project's own
 import json
 import random
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
@@ -26,6 +27,8 @@ from django.contrib.auth.models import User
 from openai import OpenAI
 
 from bench.reviewed import answer_chosen, examples_indexed
+from bench.world import percentile
+from icrlhf.gateway.models import Call
 from icrlhf.ingest.services import token_create
 from icrlhf.insights.stats import wilson
 from icrlhf.queues.models import Item, Queue
@@ -311,6 +314,11 @@ class Outcome:
     called: bool  # any tool call at all
     foreign: bool = False  # a call naming a tool the request did not offer reached us
     error: str = ""
+    status: int = 200  # the gateway's answer; 0 when it gave none
+
+
+def _status(failure: Exception) -> int:
+    return int(getattr(failure, "status_code", 0) or 0)
 
 
 def ask(client: OpenAI, model: str, entry: Entry, max_tokens: int) -> Outcome:
@@ -323,7 +331,9 @@ def ask(client: OpenAI, model: str, entry: Entry, max_tokens: int) -> Outcome:
             max_tokens=max_tokens,
         )
     except Exception as failure:  # counted as a miss, and reported
-        return Outcome(correct=False, called=False, error=str(failure)[:300])
+        return Outcome(
+            correct=False, called=False, error=str(failure)[:300], status=_status(failure)
+        )
     calls = parsed_calls(list(answer.choices[0].message.tool_calls or []))
     offered = {tool["function"]["name"] for tool in entry.tools}
     return Outcome(
@@ -351,25 +361,61 @@ def rates(outcomes: list[Outcome]) -> dict[str, Any]:
         "any_call_ci95": called_ci,
         "foreign_calls": sum(o.foreign for o in outcomes),
         "failed_calls": sum(bool(o.error) for o in outcomes),
+        "lost_to_deadline": sum(o.status == 504 for o in outcomes),
         "first_error": next((o.error for o in outcomes if o.error), ""),
     }
 
 
 def _run(
-    client: OpenAI, model: str, held_out: list[Entry], options: dict[str, Any]
+    client: OpenAI, queue: Queue, held_out: list[Entry], options: dict[str, Any]
 ) -> dict[str, Any]:
     def asked(entry: Entry) -> Outcome:
-        return ask(client, model, entry, options["max_tokens"])
+        return ask(client, queue.slug, entry, options["max_tokens"])
 
+    logged_before = Call.objects.filter(queue=queue).count()
     with ThreadPoolExecutor(max_workers=options["concurrency"]) as pool:
         outcomes = list(pool.map(asked, held_out))
     row = rates(outcomes)
+    row["time"] = time_spent(_logged(queue, logged_before + len(held_out))[: len(held_out)])
     pairs = list(zip(outcomes, held_out, strict=True))
     row["by_category"] = {
         category: rates([o for o, e in pairs if e.category == category])
         for category in options["categories"]
     }
     return row
+
+
+def _logged(queue: Queue, count: int) -> list[Call]:
+    """The queue's newest calls once `count` are logged (the gateway writes its rows just
+    after answering), newest first."""
+    deadline = time.monotonic() + 60
+    while Call.objects.filter(queue=queue).count() < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return list(Call.objects.filter(queue=queue).order_by("-created_at"))
+
+
+def time_spent(calls: list[Call]) -> dict[str, Any]:
+    """Where the calls' time went, from their log rows: the median and p95 of the whole call,
+    of the upstream, and of its parts as the model's server reports them (waiting for a
+    slot, reading the prompt, writing the answer), the prompt's tokens, and how many calls
+    asked the model twice."""
+
+    def spread(values: list[int | None]) -> dict[str, float | None]:
+        known = [float(v) for v in values if v is not None]
+        if not known:
+            return {"p50": None, "p95": None}
+        return {"p50": percentile(known, 50), "p95": percentile(known, 95)}
+
+    return {
+        "total_ms": spread([c.total_ms for c in calls]),
+        "upstream_ms": spread([c.upstream_ms for c in calls]),
+        "waited_ms": spread([c.waited_ms for c in calls]),
+        "model_prompt_ms": spread([c.model_prompt_ms for c in calls]),
+        "model_generation_ms": spread([c.model_generation_ms for c in calls]),
+        "prompt_tokens": spread([c.prompt_tokens for c in calls]),
+        "cached_prompt_tokens": spread([c.cached_prompt_tokens for c in calls]),
+        "asked_twice": sum(c.asks > 1 for c in calls),
+    }
 
 
 def measure(options: dict[str, Any]) -> dict[str, Any]:
@@ -404,7 +450,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
         remembered = size
         examples_indexed([queue], timeout_s=TIMEOUT_S)
         if size == 0:
-            arms["empty"] = _run(client, queue.slug, held_out, options)
+            arms["empty"] = _run(client, queue, held_out, options)
             continue
         # Every stored step is a reviewer's, of no token's call: shared by the whole queue.
         for arm, source in (
@@ -412,7 +458,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
             ("format_examples", Queue.FormatExamples.QUEUE),
         ):
             Queue.objects.filter(pk=queue.pk).update(format_examples_from=source)
-            arms[f"{arm}_{size}"] = _run(client, queue.slug, held_out, options)
+            arms[f"{arm}_{size}"] = _run(client, queue, held_out, options)
     return {
         "arms": arms,
         "stored": sizes,

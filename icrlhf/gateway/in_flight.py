@@ -83,6 +83,7 @@ class CallInFlight:
         self.id, self.plan, self.token, self.started, self.stream = id, plan, token, started, stream
         self.created = int(time.time())
         self.deadline = started + settings.GATEWAY_CALL_DEADLINE_S  # on time.monotonic()
+        self.asks = 1  # upstream calls made for it: 2 when the model was asked again
 
     def log(self, **outcome: Any) -> Callable[[], None]:
         """Its log row's hand-over (`call_log`), for a thread to run: the row is redacted
@@ -168,24 +169,33 @@ async def offered_calls_only(call: CallInFlight, completion: llm.Completion) -> 
         logger.info("Call %s named a tool it was not offered; its token's minute is spent", call.id)
     else:
         logger.info("Call %s named a tool it was not offered: asking the model again", call.id)
+        call.asks = 2
         try:
             again = await before_deadline(call, llm.acomplete(**call.plan.retry_upstream()))
         except llm.LLMError as error:
             logger.warning("Call %s: asking again failed: %s", call.id, error)
-    # The caller is told the tokens both asks took.
-    prompt_tokens = completion.prompt_tokens + (again.prompt_tokens if again else 0)
-    completion_tokens = completion.completion_tokens + (again.completion_tokens if again else 0)
+    both = _both_asks(completion, again)  # the caller is told the tokens both asks took
     if again is not None and not foreign_calls(again.tool_calls, tools):
-        return replace(again, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+        return replace(again, **both)
     said = again.text if again is not None and again.text.strip() else completion.text
-    return replace(
-        completion,
-        text=said,
-        tool_calls=(),
-        finish_reason="stop",
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-    )
+    return replace(completion, text=said, tool_calls=(), finish_reason="stop", **both)
+
+
+def _both_asks(first: llm.Completion, again: llm.Completion | None) -> dict[str, Any]:
+    """The tokens and the model's times of both asks together (of the first alone when the
+    second failed)."""
+    asks = [first] if again is None else [first, again]
+
+    def total(times: list[float | None]) -> float | None:
+        return None if None in times else sum(t for t in times if t is not None)
+
+    return {
+        "prompt_tokens": sum(a.prompt_tokens for a in asks),
+        "completion_tokens": sum(a.completion_tokens for a in asks),
+        "cached_prompt_tokens": sum(a.cached_prompt_tokens for a in asks),
+        "model_prompt_ms": total([a.model_prompt_ms for a in asks]),
+        "model_generation_ms": total([a.model_generation_ms for a in asks]),
+    }
 
 
 def logged_answer(text: str, tool_calls: list[dict[str, Any]]) -> str:

@@ -65,6 +65,16 @@ class Call(models.Model):
     total_ms = models.PositiveIntegerField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
+    # Where the upstream's time went, where its server reports it (llama.cpp does): the model
+    # reading the prompt, and writing the answer; `waited_ms` is the rest.
+    model_prompt_ms = models.PositiveIntegerField(null=True, blank=True)
+    model_generation_ms = models.PositiveIntegerField(null=True, blank=True)
+    cached_prompt_tokens = models.PositiveIntegerField(
+        default=0, help_text="Prompt tokens the upstream reused from its cache."
+    )
+    asks = models.PositiveSmallIntegerField(
+        default=1, help_text="Upstream calls made: 2 when the model named a tool not offered."
+    )
     # Answered without memory to measure what memory is worth (the queue's holdout share).
     holdout = models.BooleanField(default=False)
     # An answer the confidence rule served from memory: its memory-only confidence. The
@@ -89,6 +99,15 @@ class Call(models.Model):
 
     def __str__(self) -> str:
         return f"call {self.pk} to {self.queue} ({self.source})"
+
+    @property
+    def waited_ms(self) -> int | None:
+        """The upstream's time before its model started on the call: waiting for a free slot
+        on its server, and the network; None where the server reports no times."""
+        if None in (self.upstream_ms, self.model_prompt_ms, self.model_generation_ms):
+            return None
+        model_ms = (self.model_prompt_ms or 0) + (self.model_generation_ms or 0)
+        return max(0, (self.upstream_ms or 0) - model_ms)
 
     @property
     def error_summary(self) -> str:

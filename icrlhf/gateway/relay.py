@@ -132,6 +132,7 @@ class Relay:
             model=Call.Source.MEMORY if stream is None else self.call.plan.model,
             status_code=self.status,
             error=self.error,
+            asks=self.call.asks,  # a stream carries no model times: litellm drops llama.cpp's
         )
         slot = self.slot
         in_flight.threads.submit(in_flight.logged(logged))

@@ -356,6 +356,11 @@ class CallLogged:
     status_code: int = 200
     error: str = ""
     playbook_version: int | None = None
+    # Where the time went upstream (`llm.Completion`); `asks`: 2 when the model was asked again.
+    model_prompt_ms: float | None = None
+    model_generation_ms: float | None = None
+    cached_prompt_tokens: int = 0
+    asks: int = 1
 
     @classmethod
     def of(
@@ -374,6 +379,10 @@ class CallLogged:
         model: str = "",
         status_code: int = 200,
         error: str = "",
+        model_prompt_ms: float | None = None,
+        model_generation_ms: float | None = None,
+        cached_prompt_tokens: int = 0,
+        asks: int = 1,
     ) -> "CallLogged":
         """Blocking: the redaction takes its time (run it on a thread, not the event loop)."""
         kept = _kept(
@@ -414,6 +423,10 @@ class CallLogged:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             status_code=status_code,
+            model_prompt_ms=model_prompt_ms,
+            model_generation_ms=model_generation_ms,
+            cached_prompt_tokens=cached_prompt_tokens,
+            asks=asks,
             **kept,
         )
 
@@ -500,10 +513,14 @@ def call_record(logged: CallLogged) -> Call | None:
                     top_score=logged.top_score,
                     model=logged.model,
                     retrieval_ms=round(logged.retrieval_ms),
-                    upstream_ms=None if logged.upstream_ms is None else round(logged.upstream_ms),
+                    upstream_ms=_rounded(logged.upstream_ms),
                     total_ms=round(logged.total_ms),
                     prompt_tokens=logged.prompt_tokens,
                     completion_tokens=logged.completion_tokens,
+                    model_prompt_ms=_rounded(logged.model_prompt_ms),
+                    model_generation_ms=_rounded(logged.model_generation_ms),
+                    cached_prompt_tokens=logged.cached_prompt_tokens,
+                    asks=logged.asks,
                     holdout=logged.holdout,
                     capture=capture,
                     memory_confidence=logged.memory_confidence,
@@ -536,3 +553,7 @@ def call_record(logged: CallLogged) -> Call | None:
             except DatabaseError:  # the call is logged and answered: its step is what is lost
                 logger.exception("Call %s was logged without its trajectory step", call.pk)
     return call
+
+
+def _rounded(ms: float | None) -> int | None:
+    return None if ms is None else round(ms)

@@ -234,6 +234,7 @@ async def _answered(call: in_flight.CallInFlight) -> HttpResponse:
     plan = call.plan
     headers = _headers(call.id, plan)
     upstream_started = time.monotonic()
+    spent: dict[str, Any] = {}  # where the upstream's time went, as its server reports it
     if plan.memory_answer is not None:
         text, finish_reason, usage, upstream_ms = (
             plan.memory_answer,
@@ -254,6 +255,12 @@ async def _answered(call: in_flight.CallInFlight) -> HttpResponse:
         text, finish_reason, model = completion.text, completion.finish_reason, completion.model
         tool_calls, logprobs = list(completion.tool_calls), completion.logprobs
         usage = in_flight.usage(completion.prompt_tokens, completion.completion_tokens)
+        spent = {
+            "model_prompt_ms": completion.model_prompt_ms,
+            "model_generation_ms": completion.model_generation_ms,
+            "cached_prompt_tokens": completion.cached_prompt_tokens,
+            "asks": call.asks,
+        }
     total_ms = in_flight.since(call.started)
     headers["Server-Timing"] = _timing(
         retrieval=plan.retrieval_ms, upstream=upstream_ms, total=total_ms
@@ -267,6 +274,7 @@ async def _answered(call: in_flight.CallInFlight) -> HttpResponse:
             prompt_tokens=usage["prompt_tokens"],
             completion_tokens=usage["completion_tokens"],
             model=model,
+            **spent,
         )
     )
     body = {

@@ -94,4 +94,34 @@ def test_the_benchmark_runs_small_and_prints_its_figures(fixed_llm: FixedLatency
         assert row["any_call"] == 1.0 and row["accuracy"] == 0.0  # its calls take `query`
         assert row["accuracy_ci95"][0] == 0.0 < row["accuracy_ci95"][1] < 1.0
         assert row["foreign_calls"] == 0  # the gateway never lets one through
+        assert row["lost_to_deadline"] == 0 and row["time"]["asked_twice"] == 0
+        assert row["time"]["model_prompt_ms"] == {"p50": 3.0, "p95": 3.0}  # as the double says
         assert set(row["by_category"]) == set(bfcl.CATEGORIES)
+
+
+@pytest.mark.integration
+@pytest.mark.llm
+def test_a_burst_of_tool_calls_to_the_local_model_loses_none_to_the_deadline() -> None:
+    """The burst of issue 60, small: tool calls 4 at a time through the real gateway to the
+    real local model, under the stack's own deadlines (LLM_TIMEOUT_S 60 s), none lost, and
+    the call log says where each call's time went."""
+    out = io.StringIO()
+    call_command(
+        "bench_bfcl",
+        "--stored=0",
+        "--held-out=8",
+        "--categories=simple_python",
+        "--concurrency=4",
+        "--max-tokens=96",
+        "--llm-timeout=60",
+        "--json",
+        stdout=out,
+    )
+    row = json.loads(out.getvalue().strip().splitlines()[-1])["arms"]["empty"]
+    assert row["calls"] == 8
+    assert row["lost_to_deadline"] == 0 and row["failed_calls"] == 0, row["first_error"]
+    spent = row["time"]
+    assert spent["prompt_tokens"]["p50"] > 50  # the tool's schema is in the prompt
+    assert spent["model_prompt_ms"]["p50"] > 0 and spent["model_generation_ms"]["p50"] > 0
+    assert spent["waited_ms"]["p95"] is not None
+    assert "lost to the deadline" in out.getvalue()

@@ -112,6 +112,9 @@ def test_plain_and_streamed_answers_through_the_openai_client(
     ]
     assert calls[1].answer_text == text and calls[0].request_text == CARD
     assert all(c.upstream_ms is not None and c.total_ms >= c.upstream_ms for c in calls)
+    # Where the plain answer's time went, as the server reported it (a stream reports none).
+    assert (calls[0].model_prompt_ms, calls[0].model_generation_ms, calls[0].asks) == (3, 7, 1)
+    assert calls[1].waited_ms is None and calls[1].asks == 1
 
 
 def test_a_workbench_decision_shapes_the_next_similar_gateway_call(

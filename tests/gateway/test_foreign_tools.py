@@ -84,6 +84,9 @@ class ScriptedUpstream:
             latency_ms=1,
             finish_reason="tool_calls" if calls else "stop",
             tool_calls=tuple(calls),
+            model_prompt_ms=100.0,
+            model_generation_ms=40.0,
+            cached_prompt_tokens=4,
         )
 
     async def astream(self, *, messages: list[dict[str, Any]], **_: Any) -> llm.Stream:
@@ -171,6 +174,10 @@ def test_a_foreign_call_is_asked_again_and_the_clean_answer_served(
     # A streamed call's row is written as the stream settles, just after its last chunk.
     call = wait_for(Call.objects.first, what="the call's log row")
     assert [c["function"]["name"] for c in call.tool_calls] == ["get_weather"]
+    assert call.asks == 2
+    if not stream:  # the model's times of both asks, added up
+        assert (call.model_prompt_ms, call.model_generation_ms) == (200, 80)
+        assert (call.prompt_tokens, call.cached_prompt_tokens) == (20, 8)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -211,6 +218,15 @@ def test_offered_calls_pass_at_once(upstream: Any, stream: bool) -> None:
         message = response.json()["choices"][0]["message"]
         assert message["tool_calls"][0]["function"]["name"] == "get_weather"
     assert double.asked == 1
+    call = wait_for(Call.objects.first, what="the call's log row")
+    assert call.asks == 1
+    if not stream:
+        assert (call.model_prompt_ms, call.model_generation_ms, call.cached_prompt_tokens) == (
+            100,
+            40,
+            4,
+        )
+        assert call.waited_ms is not None and call.waited_ms >= 0
 
 
 class CopyingLLM(FixedLatencyLLM):

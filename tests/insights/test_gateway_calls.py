@@ -46,6 +46,22 @@ def test_the_dashboard_counts_calls_memory_and_latency(queue: Any) -> None:
     assert serving.by_day[-1].calls == 23 and serving.by_day[0].calls == 0
 
 
+def test_the_log_shows_where_a_calls_time_went(queue: Any, logged_in: Client) -> None:
+    served(
+        queue,
+        upstream_ms=980,
+        model_prompt_ms=600,
+        model_generation_ms=300,
+        cached_prompt_tokens=12,
+        asks=2,
+    )
+    served(queue, request_text="A streamed call", upstream_ms=500)  # no model times reported
+    page = logged_in.get(f"/q/{queue.slug}/calls/").content.decode()
+    assert "waited 80 · read 600 · wrote 300 ms" in page
+    assert "asked 2 times" in page and "12 cached" in page
+    assert page.count("waited ") == 1
+
+
 def test_the_log_lists_the_queues_calls_escaped(queue: Any, logged_in: Client) -> None:
     served(queue, answer_text="<script>alert(1)</script>", source="memory")
     served(QueueFactory(), request_text="Another queue's secret")

@@ -15,6 +15,9 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+# Where its time went, as llama.cpp's server reports it beside its answer.
+_TIMINGS = {"prompt_n": 10, "prompt_ms": 3.0, "predicted_n": 12, "predicted_ms": 7.0}
+
 
 class _Server(ThreadingHTTPServer):
     # socketserver listens with a backlog of 5: 32 clients connecting at once overflow it,
@@ -130,6 +133,7 @@ class FixedLatencyLLM:
                 "completion_tokens": 12 * wanted,
                 "total_tokens": 10 + 12 * wanted,
             },
+            "timings": _TIMINGS,
         }
 
     @staticmethod
@@ -152,6 +156,7 @@ class FixedLatencyLLM:
                 }
             ],
             "usage": {"prompt_tokens": 10, "completion_tokens": 12, "total_tokens": 22},
+            "timings": _TIMINGS,
         }
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:

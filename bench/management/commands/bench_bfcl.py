@@ -103,6 +103,23 @@ class Command(WorldCommand):
             self.stdout.write(
                 f"  {arm:>20}: exact call {row['accuracy']:.1%} [{low:.1%}–{high:.1%}], "
                 f"any tool call {row['any_call']:.1%} [{called_low:.1%}–{called_high:.1%}], "
-                f"foreign calls {row['foreign_calls']}, failed calls {row['failed_calls']}"
+                f"foreign calls {row['foreign_calls']}, failed calls {row['failed_calls']} "
+                f"({row['lost_to_deadline']} lost to the deadline)"
             )
+            self.stdout.write(f"{'':>24}{_time_line(row['time'])}")
         self.stdout.write(f"{result['minutes']} min")
+
+
+def _time_line(spent: dict[str, Any]) -> str:
+    """Where the calls' time went, p50/p95 in ms (– where the model's server reports none)."""
+
+    def pair(name: str) -> str:
+        low, high = spent[name]["p50"], spent[name]["p95"]
+        return "–" if low is None else f"{low:.0f}/{high:.0f}"
+
+    return (
+        f"p50/p95 ms: call {pair('total_ms')}, waited {pair('waited_ms')}, "
+        f"prompt read {pair('model_prompt_ms')} ({pair('prompt_tokens')} tokens, "
+        f"{pair('cached_prompt_tokens')} cached), answer {pair('model_generation_ms')}; "
+        f"asked twice {spent['asked_twice']}"
+    )

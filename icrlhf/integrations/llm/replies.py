@@ -24,6 +24,12 @@ class Completion:
     # In OpenAI's shape: [{"id", "type": "function", "function": {"name", "arguments"}}].
     tool_calls: tuple[dict[str, Any], ...] = ()
     logprobs: dict[str, Any] | None = None  # where the upstream returned them
+    # Where the upstream reports them (llama.cpp's `timings`): the model's time reading the
+    # prompt and writing the answer. The rest of the call's time was spent before the model
+    # started: waiting for a free slot on its server, and the network.
+    model_prompt_ms: float | None = None
+    model_generation_ms: float | None = None
+    cached_prompt_tokens: int = 0  # prompt tokens the server reused instead of reading again
 
 
 def completion_from(
@@ -64,6 +70,8 @@ def completions_from(
     tokens = [reported] if len(texts) == 1 else [count_tokens(text) for text in texts]
     # litellm prices the call itself; unknown models (local ones) have no price.
     cost = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0.0)
+    prompt_ms, generation_ms = _model_times(response)
+    cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0)
     return [
         Completion(
             text=text,
@@ -75,11 +83,34 @@ def completions_from(
             finish_reason=finish_reason or ("tool_calls" if calls else "stop"),
             tool_calls=calls,
             logprobs=_plain(getattr(choice, "logprobs", None)),
+            model_prompt_ms=prompt_ms,
+            model_generation_ms=generation_ms,
+            cached_prompt_tokens=_count(cached),
         )
         for text, choice, answer_tokens, calls, finish_reason in zip(
             texts, choices, tokens, tool_calls, finish_reasons, strict=True
         )
     ]
+
+
+def _model_times(response: Any) -> tuple[float | None, float | None]:
+    """The model's prompt and generation times in ms, where the server reports them (llama.cpp
+    adds `timings` to its answer, which litellm keeps as an attribute), else None."""
+    timings = getattr(response, "timings", None)
+    if not isinstance(timings, dict):
+        return None, None
+    return _ms(timings.get("prompt_ms")), _ms(timings.get("predicted_ms"))
+
+
+def _ms(value: Any) -> float | None:
+    # An upstream's figure is untrusted: a number of ms or nothing.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if 0 <= value < 86_400_000 else None
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
 def _tool_calls_of(message: Any) -> tuple[dict[str, Any], ...]:
