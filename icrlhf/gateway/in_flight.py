@@ -158,20 +158,24 @@ async def offered_calls_only(call: CallInFlight, completion: llm.Completion) -> 
     sets' calls (format examples) may copy one, and a caller's loop would then run a tool it
     never offered: the upstream is asked once more, without the format examples, a call
     counted against the token's calls a minute, and if its new answer names one too (or
-    fails, or the token has no call left this minute), the caller gets what the model said,
-    its words without the calls."""
+    fails, or the token has no call left this minute, or asking again would send the same
+    prompt at temperature 0), the caller gets what the model said, its words without the
+    calls."""
     tools = call.plan.options.get("tools")
     if not foreign_calls(completion.tool_calls, tools):
         return completion
     again: llm.Completion | None = None
     token_id = call.token.pk
-    if not await blocking(lambda: limits.retry_charge(token_id)):
+    retry = call.plan.retry_upstream()
+    if retry is None:
+        logger.info("Call %s named a tool it was not offered; the same prompt would too", call.id)
+    elif not await blocking(lambda: limits.retry_charge(token_id)):
         logger.info("Call %s named a tool it was not offered; its token's minute is spent", call.id)
     else:
         logger.info("Call %s named a tool it was not offered: asking the model again", call.id)
         call.asks = 2
         try:
-            again = await before_deadline(call, llm.acomplete(**call.plan.retry_upstream()))
+            again = await before_deadline(call, llm.acomplete(**retry))
         except llm.LLMError as error:
             logger.warning("Call %s: asking again failed: %s", call.id, error)
     both = _both_asks(completion, again)  # the caller is told the tokens both asks took

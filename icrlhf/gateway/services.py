@@ -87,12 +87,16 @@ class Plan:
             "options": self.options,
         }
 
-    def retry_upstream(self) -> dict[str, Any]:
+    def retry_upstream(self) -> dict[str, Any] | None:
         """The LLM call's arguments for asking again after the model called a tool the
         request does not offer: the prompt without the format examples (other tool sets'
-        calls), which it most likely copied; the same prompt would, at a low temperature,
-        bring the same call back."""
-        return self.upstream() | {"messages": self.retry_messages or self.messages}
+        calls), which it most likely copied. None when that is the same prompt at
+        temperature 0, which brings the same call back: asking would only double the call's
+        time (a burst on the local model lost calls to the deadline that way)."""
+        messages = self.retry_messages or self.messages
+        if messages == self.messages and not self.params.get("temperature"):
+            return None
+        return self.upstream() | {"messages": messages}
 
     @property
     def source(self) -> str:

@@ -207,6 +207,28 @@ def test_a_foreign_call_twice_answers_with_the_models_words_alone(
 @pytest.mark.urls("icrlhf.gateway.urls")
 @in_process
 @pytest.mark.parametrize("stream", [False, True])
+def test_the_same_prompt_at_temperature_0_is_not_asked_again(upstream: Any, stream: bool) -> None:
+    """No format examples to leave out, and no sampling to change the answer: asking again
+    would bring the same call back and double the call's time."""
+    double = upstream(("Let me check.", [FOREIGN]))
+    response = _ask(_client(), stream=stream, temperature=0)
+    assert response.status_code == 200
+    if stream:
+        text, pieces, finish = _streamed(response)
+    else:
+        choice = response.json()["choices"][0]
+        text, pieces, finish = choice["message"]["content"], [], choice["finish_reason"]
+        assert "tool_calls" not in choice["message"]
+    assert (text, pieces, finish) == ("Let me check.", [], "stop")
+    assert double.asked == 1
+    call = wait_for(Call.objects.first, what="the call's log row")
+    assert call.asks == 1 and call.tool_calls == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.urls("icrlhf.gateway.urls")
+@in_process
+@pytest.mark.parametrize("stream", [False, True])
 def test_offered_calls_pass_at_once(upstream: Any, stream: bool) -> None:
     double = upstream(("", [OFFERED]))
     response = _ask(_client(), stream=stream)
@@ -380,7 +402,8 @@ def test_a_foreign_call_is_asked_again_without_the_format_examples(
         "book_flight",
     )
     double = upstream(("", [FOREIGN]), ("", [OFFERED]))
-    response = _ask(_client(queue, name="app B"), stream=stream)
+    # At temperature 0 too: the prompt changes.
+    response = _ask(_client(queue, name="app B"), stream=stream, temperature=0)
     assert response.status_code == 200
     if stream:
         _streamed(response)
