@@ -7,8 +7,8 @@ from django.http import HttpRequest, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import timezone
-from django_htmx.middleware import HtmxDetails
 
+from icrlhf.accounts.requests import PageRequest
 from icrlhf.export.formats import FORMATS
 from icrlhf.export.selectors import ExportFilters, ExportSize, export_size
 from icrlhf.export.services import export_lines
@@ -72,10 +72,6 @@ class TrajectoryExportForm(forms.Form):
         self.fields["queue"].queryset = queues_with_role(user, Role.CURATOR)  # type: ignore[attr-defined]
 
 
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-
-
 def _day_start(day: date | None) -> datetime | None:
     return timezone.make_aware(datetime.combine(day, time.min)) if day else None
 
@@ -114,7 +110,7 @@ def _size(request: HttpRequest, form: ExportForm) -> ExportSize | None:
     )
 
 
-def export_page(request: HtmxHttpRequest) -> HttpResponseBase:
+def export_page(request: PageRequest) -> HttpResponseBase:
     """Curators download an export; it streams, so its size does not matter. The page counts
     what the chosen filters export as they change (htmx asks for the count alone)."""
     if not curates_any(request.user):

@@ -3,22 +3,17 @@
 import json
 
 from django.contrib import messages
-from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from icrlhf.accounts.requests import PageRequest
 from icrlhf.playbook import selectors, services
 from icrlhf.playbook.forms import EntryForm, ImportForm
 from icrlhf.playbook.models import Version
 from icrlhf.queues.access import can_curate, queue_for_curator, queue_for_member
 from icrlhf.queues.models import Queue
-
-
-class LoggedInRequest(HttpRequest):
-    user: User  # every page needs a login (LoginRequiredMiddleware)
-
 
 # A playbook of 40 entries of 500 characters is about 25 KB as JSON.
 IMPORT_MAX_BYTES = 256 * 1024
@@ -82,7 +77,7 @@ def _saved(request: HttpRequest, queue: Queue, version: Version) -> HttpResponse
 
 
 @require_POST
-def entry_add(request: LoggedInRequest, slug: str) -> HttpResponse:
+def entry_add(request: PageRequest, slug: str) -> HttpResponse:
     queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     form = EntryForm(request.POST, prefix="new")
     if form.is_valid():
@@ -100,7 +95,7 @@ def entry_add(request: LoggedInRequest, slug: str) -> HttpResponse:
 
 
 @require_POST
-def entry_edit(request: LoggedInRequest, slug: str, key: int) -> HttpResponse:
+def entry_edit(request: PageRequest, slug: str, key: int) -> HttpResponse:
     queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     form = EntryForm(request.POST, prefix=f"e{key}")
     if form.is_valid():
@@ -116,7 +111,7 @@ def entry_edit(request: LoggedInRequest, slug: str, key: int) -> HttpResponse:
 
 
 @require_POST
-def entry_retire(request: LoggedInRequest, slug: str, key: int) -> HttpResponse:
+def entry_retire(request: PageRequest, slug: str, key: int) -> HttpResponse:
     queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     try:
         version = services.entry_retire(queue=queue, key=key, author=request.user)
@@ -127,7 +122,7 @@ def entry_retire(request: LoggedInRequest, slug: str, key: int) -> HttpResponse:
 
 
 @require_POST
-def version_restore(request: LoggedInRequest, slug: str, number: int) -> HttpResponse:
+def version_restore(request: PageRequest, slug: str, number: int) -> HttpResponse:
     queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     try:
         version = services.version_restore(queue=queue, number=number, author=request.user)
@@ -148,7 +143,7 @@ def playbook_export(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @require_POST
-def playbook_import(request: LoggedInRequest, slug: str) -> HttpResponse:
+def playbook_import(request: PageRequest, slug: str) -> HttpResponse:
     queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     form = ImportForm(request.POST, request.FILES)
     if form.is_valid():

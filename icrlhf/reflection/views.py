@@ -4,13 +4,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from icrlhf.accounts.requests import PageRequest
 from icrlhf.playbook.models import Entry
 from icrlhf.playbook.selectors import current_version, version_entries
 from icrlhf.queues.access import queue_for_curator
@@ -19,10 +19,6 @@ from icrlhf.reflection.models import Mutation, Proposal
 from icrlhf.review.models import Decision
 
 PROPOSALS_SHOWN = 10
-
-
-class LoggedInRequest(HttpRequest):
-    user: User  # every page needs a login (LoginRequiredMiddleware)
 
 
 @dataclass(frozen=True)
@@ -84,7 +80,7 @@ def proposals_page(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 @require_POST
-def reflect(request: LoggedInRequest, slug: str) -> HttpResponse:
+def reflect(request: PageRequest, slug: str) -> HttpResponse:
     queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     try:
         proposal = services.proposal_start(queue_id=queue.pk)
@@ -103,7 +99,7 @@ def reflect(request: LoggedInRequest, slug: str) -> HttpResponse:
 
 
 @require_POST
-def mutation_decide(request: LoggedInRequest, slug: str, mutation_id: int) -> HttpResponse:
+def mutation_decide(request: PageRequest, slug: str, mutation_id: int) -> HttpResponse:
     queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     verdict = request.POST.get("verdict")
     if verdict not in ("approve", "reject"):
@@ -124,7 +120,7 @@ def mutation_decide(request: LoggedInRequest, slug: str, mutation_id: int) -> Ht
 
 
 @require_POST
-def proposal_apply(request: LoggedInRequest, slug: str, proposal_id: int) -> HttpResponse:
+def proposal_apply(request: PageRequest, slug: str, proposal_id: int) -> HttpResponse:
     queue = queue_for_curator(request.user, refusal=_REFUSAL, slug=slug)
     try:
         made = services.proposal_apply(queue=queue, proposal_id=proposal_id, actor=request.user)

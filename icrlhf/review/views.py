@@ -13,8 +13,8 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseStopPolling
-from django_htmx.middleware import HtmxDetails
 
+from icrlhf.accounts.requests import PageRequest
 from icrlhf.generation.models import Candidate
 from icrlhf.kinds import kind_of
 from icrlhf.playbook import selectors as playbook_selectors
@@ -31,18 +31,13 @@ from icrlhf.review.models import Automation, Decision
 _UNDO_SESSION_KEY = "review_undo_decision"
 
 
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-    user: User
-
-
 def _item_for(request: HttpRequest, item_id: int) -> Item:
     item = get_object_or_404(Item.objects.select_related("queue"), pk=item_id)
     queue_for_member(request.user, pk=item.queue_id)
     return item
 
 
-def _go_to_next(request: HtmxHttpRequest, queue: Queue) -> HttpResponse:
+def _go_to_next(request: PageRequest, queue: Queue) -> HttpResponse:
     item = review_claims.claim_next(queue=queue, reviewer=request.user)
     if item is None:
         messages.info(request, "Nothing left to review in this queue. Well done.")
@@ -50,7 +45,7 @@ def _go_to_next(request: HtmxHttpRequest, queue: Queue) -> HttpResponse:
     return redirect("review:item", item_id=item.pk)
 
 
-def queue_review(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+def queue_review(request: PageRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     review_check(request.user, queue)
     progress = selectors.review_progress(queue=queue, reviewer=request.user)
@@ -67,13 +62,13 @@ def queue_review(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 
 
 @require_POST
-def next_item(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+def next_item(request: PageRequest, slug: str) -> HttpResponse:
     queue = queue_for_member(request.user, slug=slug)
     review_check(request.user, queue)
     return _go_to_next(request, queue)
 
 
-def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+def item_detail(request: PageRequest, item_id: int) -> HttpResponse:
     """The workbench for one item; for htmx polls only its live part (polling stops when
     the generation is done). Opening an open item claims it for a reviewer."""
     item = _item_for(request, item_id)
@@ -92,7 +87,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     return response
 
 
-def _undo_offer(request: HtmxHttpRequest) -> dict[str, Any]:
+def _undo_offer(request: PageRequest) -> dict[str, Any]:
     """The reviewer's last decision while it can still be undone, and until when (epoch ms),
     for the one banner that says it was saved; nothing once the window has passed."""
     decision_id = request.session.get(_UNDO_SESSION_KEY)
@@ -110,7 +105,7 @@ def _undo_offer(request: HtmxHttpRequest) -> dict[str, Any]:
 
 
 @require_POST
-def claim_renew(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+def claim_renew(request: PageRequest, item_id: int) -> HttpResponse:
     """Takes or renews the reviewer's hold on an item (the item page posts it as it loads,
     then every third of the hold's time)."""
     item = _item_for(request, item_id)
@@ -137,7 +132,7 @@ def _form_problem(form: DecisionForm | TryAgainForm) -> str:
 
 
 @require_POST
-def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+def decide(request: PageRequest, item_id: int) -> HttpResponse:
     item = _item_for(request, item_id)
     review_check(request.user, item.queue)
     form = DecisionForm(request.POST, correction_fields=kind_of(item.queue).correction_fields)
@@ -178,7 +173,7 @@ def decide(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
 
 
 @require_POST
-def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
+def undo(request: PageRequest, decision_id: int) -> HttpResponse:
     try:
         decision = review_decisions.decision_undo(decision_id=decision_id, reviewer=request.user)
     except review_claims.DecisionConflict as error:
@@ -193,7 +188,7 @@ def undo(request: HtmxHttpRequest, decision_id: int) -> HttpResponse:
 
 
 @require_POST
-def automation_undo(request: HtmxHttpRequest, automation_id: int) -> HttpResponse:
+def automation_undo(request: PageRequest, automation_id: int) -> HttpResponse:
     """A reviewer of the queue takes an automatic application back; the item goes to review."""
     automation = get_object_or_404(Automation.objects.select_related("item"), pk=automation_id)
     item = _item_for(request, automation.item_id)
@@ -208,7 +203,7 @@ def automation_undo(request: HtmxHttpRequest, automation_id: int) -> HttpRespons
 
 
 @require_POST
-def skip(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+def skip(request: PageRequest, item_id: int) -> HttpResponse:
     item = _item_for(request, item_id)
     review_check(request.user, item.queue)
     review_claims.claim_release(item_id=item.pk, reviewer=request.user, skipped=True)
