@@ -39,3 +39,23 @@ def test_another_endpoint_is_measured_when_named(
     assert result["build_features"] == [] and result["threads"] is None
     assert result["runs"] == 2 and result["tokens_per_answer"] == 12  # the fixed server's
     assert lines[0].startswith(f"elsewhere at {fixed_llm.api_base}:")
+
+
+def test_answers_asked_at_once_are_measured_together(fixed_llm: FixedLatencyLLM) -> None:
+    """`--concurrent`: a run asks that many answers at once; their tokens over the time until
+    the last ended is the server's speed together (the fixed server answers all three at
+    once, in one answer's time)."""
+    out = io.StringIO()
+    call_command(
+        "bench_llm",
+        "--runs=2",
+        "--concurrent=3",
+        f"--llm-api-base={fixed_llm.api_base}",
+        "--llm-model=openai/elsewhere",
+        "--json",
+        stdout=out,
+    )
+    result = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert result["concurrent"] == 3 and result["runs"] == 2
+    assert result["tokens_per_answer"] == 12
+    assert result["tokens_per_s_together"] > 1.5 * result["tokens_per_s_median"]
