@@ -48,6 +48,6 @@ def test_cached_prompt_tokens_are_counted() -> None:
     ],
 )
 def test_a_server_without_times_or_with_nonsense_has_none(timings: Any) -> None:
-    completion = completion_from(_response(timings=timings, cached="3"), model="m", latency_ms=1)
+    completion = completion_from(_response(timings=timings, cached=10**12), model="m", latency_ms=1)
     assert (completion.model_prompt_ms, completion.model_generation_ms) == (None, None)
     assert completion.cached_prompt_tokens == 0

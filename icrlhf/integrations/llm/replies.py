@@ -110,7 +110,10 @@ def _ms(value: Any) -> float | None:
 
 
 def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+    # Untrusted too: a count, below what the call log's column holds.
+    if isinstance(value, bool) or not isinstance(value, int):
+        return 0
+    return value if 0 < value < 1_000_000_000 else 0
 
 
 def _tool_calls_of(message: Any) -> tuple[dict[str, Any], ...]:
