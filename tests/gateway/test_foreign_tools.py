@@ -150,6 +150,16 @@ def _streamed(response: Any) -> tuple[str, list[dict[str, Any]], str]:
     return text, pieces, finish
 
 
+def _answer_without_calls(response: Any, stream: bool) -> tuple[str, list[dict[str, Any]], str]:
+    """An answer's text, its tool call pieces and its finish reason, plain or streamed; a
+    plain answer's message must hold no tool calls at all."""
+    if stream:
+        return _streamed(response)
+    choice = response.json()["choices"][0]
+    assert "tool_calls" not in choice["message"]
+    return choice["message"]["content"], [], choice["finish_reason"]
+
+
 in_process = pytest.mark.usefixtures("eager_tasks", "vector_store", "gateway_threads")
 
 
@@ -190,13 +200,8 @@ def test_a_foreign_call_twice_answers_with_the_models_words_alone(
     double = upstream(("Let me book that.", [OFFERED, FOREIGN]), ("", [FOREIGN]))
     response = _ask(_client(), stream=stream)
     assert response.status_code == 200
-    if stream:
-        text, pieces, finish = _streamed(response)
-        assert pieces == []
-    else:
-        choice = response.json()["choices"][0]
-        text, finish = choice["message"]["content"], choice["finish_reason"]
-        assert "tool_calls" not in choice["message"]
+    text, pieces, finish = _answer_without_calls(response, stream)
+    assert pieces == []
     assert text == "Let me book that." and finish == "stop" and double.asked == 2
     # A streamed call's row is written as the stream settles, just after its last chunk.
     call = wait_for(Call.objects.first, what="the call's log row")
@@ -213,12 +218,7 @@ def test_the_same_prompt_at_temperature_0_is_not_asked_again(upstream: Any, stre
     double = upstream(("Let me check.", [FOREIGN]))
     response = _ask(_client(), stream=stream, temperature=0)
     assert response.status_code == 200
-    if stream:
-        text, pieces, finish = _streamed(response)
-    else:
-        choice = response.json()["choices"][0]
-        text, pieces, finish = choice["message"]["content"], [], choice["finish_reason"]
-        assert "tool_calls" not in choice["message"]
+    text, pieces, finish = _answer_without_calls(response, stream)
     assert (text, pieces, finish) == ("Let me check.", [], "stop")
     assert double.asked == 1
     call = wait_for(Call.objects.first, what="the call's log row")
@@ -334,12 +334,7 @@ def test_with_no_call_left_this_minute_a_foreign_call_is_not_asked_again(
     double = upstream(("Let me book that.", [FOREIGN]))
     response = _ask(_client(), stream=stream)
     assert response.status_code == 200
-    if stream:
-        text, pieces, finish = _streamed(response)
-    else:
-        choice = response.json()["choices"][0]
-        text, pieces, finish = choice["message"]["content"], [], choice["finish_reason"]
-        assert "tool_calls" not in choice["message"]
+    text, pieces, finish = _answer_without_calls(response, stream)
     assert (text, pieces, finish) == ("Let me book that.", [], "stop")
     assert double.asked == 1  # the token's minute was spent by the call itself
 
