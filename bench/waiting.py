@@ -3,16 +3,19 @@ worker's CPU while 1, 10 and 100 generations wait in line on a held slot, and ho
 first in line starts once the slot comes back.
 
 The world has review's share at one call (REVIEW_GENERATION_MAX_CONCURRENT=1) and a model
-endpoint that answers after a fixed latency, longer than the measuring window: one
-generation holds the slot for its whole call while the others wait. Each level's first in
-line, woken when the holder's call ends, holds the slot for the next level; the rest of
-each level are called off (their candidates marked failed), so that the line drains.
+endpoint that holds each call until the benchmark lets it go (`--hold` seconds at most): one
+generation holds the slot for its whole call while the others join the line, however long
+that takes on a slow machine, and the window is measured. Each level's first in line, woken
+when the holder's call ends, holds the slot for the next level; the rest of each level are
+called off (their candidates marked failed), so that the line drains.
 """
 
 import time
+import urllib.request
 from typing import Any
 
 import psutil
+from django.conf import settings
 
 from bench.world import world
 from icrlhf.ops.stack import wait_until
@@ -21,7 +24,7 @@ from tests.support.fixed_latency_llm import FixedLatencyLLM
 
 def outside(options: dict[str, Any]) -> dict[str, Any]:
     latency_s = options["hold"]
-    llm = FixedLatencyLLM(latency_s=latency_s).start()
+    llm = FixedLatencyLLM(latency_s=latency_s, held=True).start()
     try:
         with world(
             "bench-waiting",
@@ -29,12 +32,12 @@ def outside(options: dict[str, Any]) -> dict[str, Any]:
             LLM_API_BASE=llm.api_base,
             LLM_MODEL="openai/fixed-latency",
             REVIEW_GENERATION_MAX_CONCURRENT="1",
-            # The held call must not time out: it would be retried, not ended.
+            # A held call must not time out: it would be retried, not ended.
             LLM_TIMEOUT_S=str(2 * latency_s),
         ) as here:
             worker = here.worker(concurrency=12)
             result = here.inside("bench_pipeline", {**options, "worker_pid": worker.process.pid})
-            return {**result, "llm_latency_s": latency_s}
+            return {**result, "longest_hold_s": latency_s}
     finally:
         llm.stop()
 
@@ -71,6 +74,7 @@ def measure(options: dict[str, Any]) -> dict[str, Any]:
             items, holder=holder, worker=worker, window_s=options["window"], hold_s=options["hold"]
         )
         levels.append(level)
+    _model_release()  # the last level's first in line: its call ends, and the worker stops
     return {"mode": "waiting", "window_s": options["window"], "levels": levels}
 
 
@@ -97,7 +101,7 @@ def _level(
     try:
         wait_until(
             lambda: calling.count() == 1 and in_line.count() == len(items),
-            timeout_s=hold_s,
+            timeout_s=hold_s,  # held no longer, the holding call would end
             what="the line",
         )
     except RuntimeError as error:
@@ -120,13 +124,14 @@ def _level(
     Candidate.objects.filter(pk__in=[c.pk for c in others]).update(
         status=Candidate.Status.FAILED, error="Called off by the benchmark."
     )
+    _model_release()
     done = Candidate.objects.filter(pk=holding.pk, finished_at__isnull=False)
-    wait_until(done.exists, timeout_s=2 * hold_s, what="the holding call to end")
+    wait_until(done.exists, timeout_s=60, what="the holding call to end")
     holding.refresh_from_db()
     woken = Candidate.objects.filter(
         pk=first.pk, status=Candidate.Status.RUNNING, started_at__gt=holding.finished_at
     )
-    wait_until(woken.exists, timeout_s=hold_s, what="the first in line to be woken")
+    wait_until(woken.exists, timeout_s=60, what="the first in line to be woken")
     first.refresh_from_db()
     assert first.started_at is not None and holding.finished_at is not None
     return {
@@ -135,3 +140,10 @@ def _level(
         "held_throughout": held,
         "woken_after_ms": round((first.started_at - holding.finished_at).total_seconds() * 1000, 1),
     }, first
+
+
+def _model_release() -> None:
+    """Lets the endpoint answer the call it holds (FixedLatencyLLM, held)."""
+    request = urllib.request.Request(f"{settings.LLM_API_BASE}/release", data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=10):
+        pass

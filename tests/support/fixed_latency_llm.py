@@ -4,7 +4,10 @@ A test double, for the pipeline benchmark (fan-out against a known latency), the
 (FaultyLLM) and the worker tests, where the real model's speed and wording would blur what is
 measured. Each answer is distinct and names the request it answers, so tests can tell
 candidates apart. It serves any number of calls in parallel, and `n` answers in one call, as a
-hosted API does. `python -m tests.support.fixed_latency_llm --port 8099` runs it.
+hosted API does. `held`, each call is held until released instead (a POST to its `/release`
+lets go of every call in progress), its latency the longest it waits: a benchmark so keeps a
+call in progress for as long as its set-up takes on a slow machine.
+`python -m tests.support.fixed_latency_llm --port 8099` runs it.
 """
 
 import argparse
@@ -27,8 +30,18 @@ class _Server(ThreadingHTTPServer):
 
 
 class FixedLatencyLLM:
-    def __init__(self, *, latency_s: float = 1.0, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        latency_s: float = 1.0,
+        held: bool = False,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
         self.latency_s = latency_s
+        self.held = held
+        self._releases = 0  # held: how many times calls in progress were let go
+        self._released = threading.Condition()
         self.drip_s = 0.0  # streams: the pause before each event (an upstream that drips)
         self.host = host
         self.calls = 0
@@ -52,6 +65,21 @@ class FixedLatencyLLM:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def wait(self) -> None:
+        """Before answering: the latency, or, held, until released (the latency at most)."""
+        if not self.held:
+            time.sleep(self.latency_s)
+            return
+        with self._released:
+            arrived = self._releases
+            self._released.wait_for(lambda: self._releases > arrived, timeout=self.latency_s)
+
+    def release(self) -> None:
+        """Lets go of every held call in progress; later calls wait for the next release."""
+        with self._released:
+            self._releases += 1
+            self._released.notify_all()
 
     def respond(self, request: dict[str, Any]) -> tuple[int, bytes]:
         """Status and body of the reply; test doubles override it to misbehave."""
@@ -175,7 +203,12 @@ class FixedLatencyLLM:
                     request = json.loads(self.rfile.read(length) or b"{}")
                 except json.JSONDecodeError:
                     request = {}
-                time.sleep(server.latency_s)
+                if self.path.endswith("/release"):
+                    server.release()
+                    self.send_response(204)
+                    self.end_headers()
+                    return
+                server.wait()
                 status, body = server.respond(request)
                 try:
                     self.send_response(status)

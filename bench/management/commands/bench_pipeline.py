@@ -65,9 +65,9 @@ class Command(WorldCommand):
         parser.add_argument(
             "--hold",
             type=float,
-            default=60.0,
-            help="Seconds each model call takes in --waiting: longer than a level's items take "
-            "to join the line and the window.",
+            default=600.0,
+            help="In --waiting, the model holds each call until the benchmark lets it go, once "
+            "a level's items are in line and its window is measured: at most this many seconds.",
         )
         parser.add_argument(
             "--database-url",
@@ -136,8 +136,8 @@ class Command(WorldCommand):
 
     def _report_waiting(self, result: dict[str, Any]) -> None:
         self.stdout.write(
-            f"Waiting for review's share of an endpoint (1 call, held {result['llm_latency_s']:.0f}"
-            f" s): the worker's CPU over {result['window_s']:.0f} s (target < 2% of a core)"
+            "Waiting for review's share of an endpoint (1 call, held until the line formed): "
+            f"the worker's CPU over {result['window_s']:.0f} s (target < 2% of a core)"
         )
         self.stdout.write(f"{'waiting':>7} | {'worker CPU':>10} | first in line woken after")
         for level in result["levels"]:
