@@ -6,6 +6,7 @@ offer."""
 import asyncio
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -85,6 +86,13 @@ class CallInFlight:
         self.deadline = started + settings.GATEWAY_CALL_DEADLINE_S  # on time.monotonic()
         self.asks = 1  # upstream calls made for it: 2 when the model was asked again
 
+    def time_left_s(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def upstream(self) -> dict[str, Any]:
+        """The plan's upstream call, waiting what is left of the deadline."""
+        return self.plan.upstream(timeout_s=self.time_left_s())
+
     def log(self, **outcome: Any) -> Callable[[], None]:
         """Its log row's hand-over (`call_log`), for a thread to run: the row is redacted
         there, off the event loop."""
@@ -115,6 +123,28 @@ class CallInFlight:
                 **fields,
             }
         )
+
+
+class NoTimeLeft(llm.LLMError):
+    """A call refused before it was sent: at the model's pace now, it would not be answered
+    before its deadline (pace.py). `retry_after_s`: about when it would be."""
+
+    def __init__(self, *, expected_s: float, left_s: float) -> None:
+        self.retry_after_s = max(1, min(math.ceil(expected_s - left_s), 600))
+        message = (
+            f"The model is too busy to answer in time, so the call was not sent (its calls "
+            f"take about {expected_s:.0f} s now, and this one had {max(0.0, left_s):.0f} s "
+            f"left of GATEWAY_CALL_DEADLINE_S); retry in {self.retry_after_s} s."
+        )
+        super().__init__(message, status=503)
+
+
+def refusal(call: CallInFlight) -> NoTimeLeft | None:
+    """Why the call is not sent upstream, when the model could not answer it in time."""
+    expected_s, left_s = call.plan.expected_s, call.time_left_s()
+    if expected_s is None or expected_s <= left_s:
+        return None
+    return NoTimeLeft(expected_s=expected_s, left_s=left_s)
 
 
 class DeadlinePassed(llm.LLMError):
@@ -166,7 +196,7 @@ async def offered_calls_only(call: CallInFlight, completion: llm.Completion) -> 
         return completion
     again: llm.Completion | None = None
     token_id = call.token.pk
-    retry = call.plan.retry_upstream()
+    retry = call.plan.retry_upstream(timeout_s=call.time_left_s())
     if retry is None:
         logger.info("Call %s named a tool it was not offered; the same prompt would too", call.id)
     elif not await blocking(lambda: limits.retry_charge(token_id)):

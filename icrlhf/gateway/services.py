@@ -15,10 +15,12 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from icrlhf.gateway.models import Call
+from icrlhf.gateway.pace import model_pace
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.generation import ranking
 from icrlhf.generation.context import PromptContext, Room, prompt_context, request_signature
 from icrlhf.ingest.models import IntegrationToken
+from icrlhf.integrations import llm
 from icrlhf.integrations.redaction import Destination, scrub
 from icrlhf.memory.selectors import Recall, RetrievedExample, examples_recall_anywhere
 from icrlhf.memory.signatures import PLAIN, tool_names
@@ -76,18 +78,22 @@ class Plan:
     end_user: str = ""
     # The queue's playbook version the prompt carries (None: no playbook, or no prompt).
     playbook_version: int | None = None
+    # How long the model is expected to take, at its pace now (pace.py); None: unknown.
+    expected_s: float | None = None
 
-    def upstream(self) -> dict[str, Any]:
-        """The LLM call's arguments, as llm.acomplete and llm.astream take them."""
+    def upstream(self, *, timeout_s: float) -> dict[str, Any]:
+        """The LLM call's arguments, as llm.acomplete and llm.astream take them. The upstream
+        waits `timeout_s` (what is left of the call's deadline), not LLM_TIMEOUT_S: a call
+        waiting for a free slot on a busy server was given up on before its deadline."""
         return {
             "messages": self.messages,
             "model": self.model,
             "params": self.params,
             "api_base": self.api_base,
-            "options": self.options,
+            "options": self.options | {"timeout": max(1.0, timeout_s)},
         }
 
-    def retry_upstream(self) -> dict[str, Any] | None:
+    def retry_upstream(self, *, timeout_s: float) -> dict[str, Any] | None:
         """The LLM call's arguments for asking again after the model called a tool the
         request does not offer: the prompt without the format examples (other tool sets'
         calls), which it most likely copied. None when that is the same prompt at
@@ -96,7 +102,7 @@ class Plan:
         messages = self.retry_messages or self.messages
         if messages == self.messages and not self.params.get("temperature"):
             return None
-        return self.upstream() | {"messages": messages}
+        return self.upstream(timeout_s=timeout_s) | {"messages": messages}
 
     @property
     def source(self) -> str:
@@ -285,6 +291,15 @@ def _plan_for_model(retrieved: Plan, *, request: ChatRequest, prompt: PromptCont
     sent = prompt.fitted(examples=[] if retrieved.holdout else prompt.recall.examples, room=room)
     own = [r for r in sent.examples if not r.format_only]
     retry = sent if len(own) == len(sent.examples) else prompt.fitted(examples=own, room=room)
+    pace = model_pace(model)
+    expected_s = (
+        None
+        if pace is None
+        else pace.expected_s(
+            prompt_tokens=llm.prompt_tokens(sent.messages, tools=room.tools),
+            max_tokens=int(params["max_tokens"]),
+        )
+    )
     return replace(
         retrieved,
         examples=sent.examples,
@@ -294,6 +309,7 @@ def _plan_for_model(retrieved: Plan, *, request: ChatRequest, prompt: PromptCont
         api_base=queue.api_base,
         params=params,
         playbook_version=prompt.playbook.number,
+        expected_s=expected_s,
     )
 
 

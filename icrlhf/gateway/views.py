@@ -246,8 +246,11 @@ async def _answered(call: in_flight.CallInFlight) -> HttpResponse:
         tool_calls: list[dict[str, Any]] = []
         logprobs = None
     else:
+        refused = in_flight.refusal(call)
+        if refused is not None:
+            return await _upstream_failed(call, refused, headers=headers)
         try:
-            completion = await in_flight.before_deadline(call, llm.acomplete(**plan.upstream()))
+            completion = await in_flight.before_deadline(call, llm.acomplete(**call.upstream()))
         except llm.LLMError as error:
             return await _upstream_failed(call, error, headers=headers)
         completion = await in_flight.offered_calls_only(call, completion)
@@ -308,6 +311,8 @@ async def _upstream_failed(
             error=str(error),
         )
     )
+    if isinstance(error, in_flight.NoTimeLeft):
+        headers = headers | {"Retry-After": str(error.retry_after_s)}
     return _error(error.status, error.summary, kind="upstream_error", headers=headers)
 
 
@@ -320,9 +325,12 @@ async def _streamed(
     upstream_started = time.monotonic()
     stream: llm.Stream | None = None
     if plan.memory_answer is None:
+        refused = in_flight.refusal(call)
+        if refused is not None:
+            return await _upstream_failed(call, refused, headers=headers)
         try:
             # Started here, so that a refused or failing upstream is still a proper status.
-            stream = await in_flight.before_deadline(call, llm.astream(**plan.upstream()))
+            stream = await in_flight.before_deadline(call, llm.astream(**call.upstream()))
         except llm.LLMError as error:
             return await _upstream_failed(call, error, headers=headers)
     relayed = relay.Relay(

@@ -348,7 +348,8 @@ def test_an_unreachable_or_slow_upstream_is_502_or_504(gateway_process: GatewayP
     assert raised.value.status_code == 502
     assert "could not be reached" in str(raised.value.body)
 
-    slow_llm = FixedLatencyLLM(latency_s=GATEWAY_LLM_TIMEOUT_S + 2).start()
+    # Past the call's deadline (twice LLM_TIMEOUT_S), which the upstream waits for.
+    slow_llm = FixedLatencyLLM(latency_s=2 * GATEWAY_LLM_TIMEOUT_S + 2).start()
     try:
         slow = QueueFactory(api_base=slow_llm.api_base)
         with pytest.raises(openai.APIStatusError) as raised_slow:

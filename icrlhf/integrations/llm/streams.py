@@ -152,8 +152,7 @@ async def astream(
             messages=messages,
             stream=True,
             stream_options={"include_usage": True},
-            **call_options(params, api_base),
-            **(options or {}),
+            **(call_options(params, api_base) | (options or {})),
             **extra,
         )
     except Exception as error:
