@@ -362,6 +362,7 @@ def rates(outcomes: list[Outcome]) -> dict[str, Any]:
         "foreign_calls": sum(o.foreign for o in outcomes),
         "failed_calls": sum(bool(o.error) for o in outcomes),
         "lost_to_deadline": sum(o.status == 504 for o in outcomes),
+        "refused_too_busy": sum(o.status == 503 for o in outcomes),
         "first_error": next((o.error for o in outcomes if o.error), ""),
     }
 

@@ -119,7 +119,8 @@ def test_a_burst_of_tool_calls_to_the_local_model_loses_none_to_the_deadline() -
     )
     row = json.loads(out.getvalue().strip().splitlines()[-1])["arms"]["empty"]
     assert row["calls"] == 8
-    assert row["lost_to_deadline"] == 0 and row["failed_calls"] == 0, row["first_error"]
+    assert row["lost_to_deadline"] == 0 and row["refused_too_busy"] == 0
+    assert row["failed_calls"] == 0, row["first_error"]
     spent = row["time"]
     assert spent["prompt_tokens"]["p50"] > 50  # the tool's schema is in the prompt
     assert spent["model_prompt_ms"]["p50"] > 0 and spent["model_generation_ms"]["p50"] > 0

@@ -104,7 +104,8 @@ class Command(WorldCommand):
                 f"  {arm:>20}: exact call {row['accuracy']:.1%} [{low:.1%}–{high:.1%}], "
                 f"any tool call {row['any_call']:.1%} [{called_low:.1%}–{called_high:.1%}], "
                 f"foreign calls {row['foreign_calls']}, failed calls {row['failed_calls']} "
-                f"({row['lost_to_deadline']} lost to the deadline)"
+                f"({row['lost_to_deadline']} lost to the deadline, {row['refused_too_busy']} "
+                "refused at once, the model too busy)"
             )
             self.stdout.write(f"{'':>24}{_time_line(row['time'])}")
         self.stdout.write(f"{result['minutes']} min")
