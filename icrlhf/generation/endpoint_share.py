@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 from django.conf import settings
 
@@ -27,7 +28,15 @@ from icrlhf.integrations.counters import BUCKET_S, Slot
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BUCKET_S", "Slot", "next_in_line", "slot_give_back", "slot_take", "wait_in_line"]
+__all__ = [
+    "BUCKET_S",
+    "InLine",
+    "Slot",
+    "next_in_line",
+    "slot_give_back",
+    "slot_take",
+    "wait_in_line",
+]
 clock = time.time
 
 
@@ -76,15 +85,26 @@ def _line(api_base: str) -> str:
     return f"review-line:{_endpoint(api_base)}"
 
 
-def wait_in_line(*, api_base: str, candidate_ids: list[int], priority: int) -> bool:
+@dataclass(frozen=True)
+class InLine:
+    """Candidates taken out of the line, and their place in it: should a newcomer take the
+    slot before them, they join again there, ahead of all who came after them."""
+
+    candidate_ids: list[int]
+    place: float
+
+
+def wait_in_line(
+    *, api_base: str, candidate_ids: list[int], priority: int, place: float | None = None
+) -> bool:
     """Puts candidates that found no slot in the endpoint's line, behind those of a better
-    (lower) fair priority and those that came before. False when the cache is unavailable:
-    the caller asks again later by itself."""
+    (lower) fair priority and those that came before, or back at their `place` (InLine's).
+    False when the cache is unavailable: the caller asks again later by itself."""
     try:
         counters.line_join(
             _line(api_base),
             json.dumps(candidate_ids),
-            score=priority * _PRIORITY_WEIGHT + clock(),
+            score=priority * _PRIORITY_WEIGHT + clock() if place is None else place,
             timeout_s=int(_longest_call_s()) * 10,
         )
     except Exception:
@@ -93,14 +113,14 @@ def wait_in_line(*, api_base: str, candidate_ids: list[int], priority: int) -> b
     return True
 
 
-def next_in_line(*, api_base: str) -> list[int] | None:
+def next_in_line(*, api_base: str) -> InLine | None:
     """The candidates first in the endpoint's line, taken out of it."""
     try:
-        member = counters.line_next(_line(api_base))
+        first = counters.line_next(_line(api_base))
     except Exception:
         logger.warning("Review's waiting line not read: the cache is unavailable")
         return None
-    if member is None:
+    if first is None:
         return None
-    ids: list[int] = json.loads(member)
-    return ids
+    member, place = first
+    return InLine(candidate_ids=json.loads(member), place=place)

@@ -264,7 +264,9 @@ def _memory_candidates_fill(
     return len(offers)
 
 
-def candidates_generate(*, candidate_ids: list[int], woken: bool = False) -> None:
+def candidates_generate(
+    *, candidate_ids: list[int], woken: bool = False, place: float | None = None
+) -> None:
     """Claim the candidates, call the model for all of them at once, and save each answer or
     error the moment it arrives (the item page shows candidates as they come).
 
@@ -272,13 +274,15 @@ def candidates_generate(*, candidate_ids: list[int], woken: bool = False) -> Non
     backoff. Attempts are capped on the row, not on a task: a candidate enqueued again (by
     the sweeper, by a redelivery) never calls the model more than LLM_MAX_RETRIES + 1 times.
     The model is called within review's share of its endpoint (endpoint_share.py); while that
-    is all in use, the candidates wait in line for it, their attempt not counted. A candidate
-    stopped meanwhile (its item decided) is not claimed: the task returns without calling the
-    model, and, `woken` for a slot given back, passes the slot on to the next in line.
+    is all in use, the candidates wait in line for it, their attempt not counted (back at
+    their `place`, when they were woken from it and a newcomer took the slot first). A
+    candidate stopped meanwhile (its item decided) is not claimed: the task returns without
+    calling the model, and, `woken` for a slot given back, passes the slot on to the next in
+    line.
     """
     claimed = _candidates_claim(candidate_ids)
     if claimed:
-        _candidates_run_in_share(claimed, run=_candidates_run)
+        _candidates_run_in_share(claimed, run=_candidates_run, place=place)
     elif woken:
         api_base = Generation.objects.filter(candidates__pk__in=candidate_ids).values_list(
             "api_base", flat=True
@@ -288,15 +292,18 @@ def candidates_generate(*, candidate_ids: list[int], woken: bool = False) -> Non
 
 
 def _candidates_run_in_share(
-    claimed: list[Candidate], *, run: Callable[[list[Candidate]], None]
+    claimed: list[Candidate],
+    *,
+    run: Callable[[list[Candidate]], None],
+    place: float | None = None,
 ) -> None:
     """`run` the claimed candidates within review's share of their endpoint; when it is all
-    in use, they wait in line for it instead (endpoint_share.py), and the call that gives its
-    slot back wakes the first in line."""
+    in use, they wait in line for it instead (endpoint_share.py; at their `place` when they
+    held one), and the call that gives its slot back wakes the first in line."""
     api_base = claimed[0].generation.api_base
     slot = endpoint_share.slot_take(api_base=api_base)
     if slot is None:
-        _candidates_wait_for_share(claimed)
+        _candidates_wait_for_share(claimed, place=place)
         return
     try:
         run(claimed)
@@ -316,7 +323,7 @@ SHARE_WAIT_DUE_S = 60
 SHARE_WAIT_UNLINED_S = 1.0
 
 
-def _candidates_wait_for_share(claimed: list[Candidate]) -> None:
+def _candidates_wait_for_share(claimed: list[Candidate], *, place: float | None = None) -> None:
     """Put claimed candidates back to pending, their attempt not counted (the model was not
     asked), in their endpoint's line at their fair priority. `retry_at` tells the sweeper
     when their ask is overdue (recovery.py)."""
@@ -334,15 +341,20 @@ def _candidates_wait_for_share(claimed: list[Candidate]) -> None:
     if waiting:  # none: stopped meanwhile (the item was decided)
         transaction.on_commit(
             lambda: _share_line_join(
-                api_base=generation.api_base, candidate_ids=candidate_ids, priority=priority
+                api_base=generation.api_base,
+                candidate_ids=candidate_ids,
+                priority=priority,
+                place=place,
             ),
             robust=True,
         )
 
 
-def _share_line_join(*, api_base: str, candidate_ids: list[int], priority: int) -> None:
+def _share_line_join(
+    *, api_base: str, candidate_ids: list[int], priority: int, place: float | None
+) -> None:
     if not endpoint_share.wait_in_line(
-        api_base=api_base, candidate_ids=candidate_ids, priority=priority
+        api_base=api_base, candidate_ids=candidate_ids, priority=priority, place=place
     ):
         tasks.candidates_generate.apply_async(
             (candidate_ids,), countdown=SHARE_WAIT_UNLINED_S, priority=priority
@@ -359,7 +371,9 @@ def _share_wake(*, api_base: str) -> None:
     """Sends the first in the endpoint's line to take the slot just given back."""
     woken = endpoint_share.next_in_line(api_base=api_base)
     if woken is not None:
-        tasks.candidates_generate.apply_async((woken,), {"woken": True}, priority=0)
+        tasks.candidates_generate.apply_async(
+            (woken.candidate_ids,), {"woken": True, "place": woken.place}, priority=0
+        )
 
 
 def _candidates_run(claimed: list[Candidate]) -> None:

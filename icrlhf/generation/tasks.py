@@ -52,9 +52,11 @@ class CandidatesTask(Task):  # type: ignore[misc]
 
 
 @shared_task(name="generation.candidates_generate", base=CandidatesTask)
-def candidates_generate(candidate_ids: list[int], woken: bool = False) -> None:
+def candidates_generate(
+    candidate_ids: list[int], woken: bool = False, place: float | None = None
+) -> None:
     with asynchronous_commits():
-        pipeline.candidates_generate(candidate_ids=candidate_ids, woken=woken)
+        pipeline.candidates_generate(candidate_ids=candidate_ids, woken=woken, place=place)
 
 
 @shared_task(name="generation.candidate_generate", base=CandidatesTask)

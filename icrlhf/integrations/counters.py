@@ -158,20 +158,20 @@ def line_join(name: str, member: str, *, score: float, timeout_s: int) -> None:
         cache.set(name, {member: score, **line}, timeout=timeout_s)
 
 
-def line_next(name: str) -> str | None:
-    """Takes the member with the lowest score out of `name`'s line (None: nobody waits).
-    Raises when the cache's server cannot be reached."""
+def line_next(name: str) -> tuple[str, float] | None:
+    """Takes the member with the lowest score out of `name`'s line, with its score (None:
+    nobody waits). Raises when the cache's server cannot be reached."""
     client = cache_redis()
     if client is not None:
         taken: list[tuple[bytes, float]] = client.zpopmin(  # type: ignore[assignment]
             cache.make_and_validate_key(name), 1
         )
-        return taken[0][0].decode() if taken else None
+        return (taken[0][0].decode(), float(taken[0][1])) if taken else None
     with _lines_lock:
         line = dict(cache.get(name) or {})
         if not line:
             return None
         first: str = min(line, key=line.__getitem__)
-        del line[first]
+        score = float(line.pop(first))
         cache.set(name, line)
-        return first
+        return first, score

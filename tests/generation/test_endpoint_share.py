@@ -89,7 +89,8 @@ def test_a_generation_waits_in_line_for_its_share_and_is_woken_when_a_slot_comes
     assert len(model_calls) == 2  # the first's and the other endpoint's
     # Its slot given back, the first woke the second, at once.
     [woken] = sent_again
-    assert woken == {"args": (second_ids,), "kwargs": {"woken": True}, "priority": 0}
+    assert woken["args"] == (second_ids,) and woken["priority"] == 0
+    assert woken["kwargs"]["woken"] is True
     pipeline.candidates_generate(candidate_ids=second_ids, woken=True)
     assert len(model_calls) == 3
     done = list(second.candidates.all())
@@ -108,11 +109,40 @@ def test_the_line_is_in_fair_order_and_a_woken_generation_stopped_meanwhile_wake
     endpoint_share.wait_in_line(api_base="", candidate_ids=ids[1], priority=0)
     endpoint_share.wait_in_line(api_base="", candidate_ids=ids[2], priority=0)
     endpoint_share.wait_in_line(api_base="", candidate_ids=ids[1], priority=0)  # keeps its place
-    assert endpoint_share.next_in_line(api_base="") == ids[1]
+    assert first_in_line() == ids[1]
     Candidate.objects.filter(pk__in=ids[1]).update(status=Candidate.Status.FAILED)
     pipeline.candidates_generate(candidate_ids=ids[1], woken=True)  # nothing to claim
     assert [sent["args"] for sent in sent_again] == [(ids[2],)]
-    assert endpoint_share.next_in_line(api_base="") == ids[0]  # the flood's comes last
+    assert first_in_line() == ids[0]  # the flood's comes last
+
+
+def first_in_line() -> list[int] | None:
+    """The candidates first in the install's endpoint's line, taken out of it."""
+    woken = endpoint_share.next_in_line(api_base="")
+    return None if woken is None else woken.candidate_ids
+
+
+@pytest.mark.usefixtures("vector_store", "one_at_a_time")
+def test_a_woken_generation_a_newcomer_took_the_slot_from_keeps_its_place_in_line(
+    queue: Any, user: Any, sent_again: list[dict[str, Any]], django_capture_on_commit_callbacks: Any
+) -> None:
+    """Woken for a slot given back, a generation may find it taken by one that just arrived;
+    it joins the line again where it was, ahead of all who joined after it."""
+    woken_one, later = (_prepared(queue, user) for _ in range(2))
+    ids = [
+        list(g.candidates.order_by("pk").values_list("pk", flat=True)) for g in (woken_one, later)
+    ]
+    endpoint_share.wait_in_line(api_base="", candidate_ids=ids[0], priority=0)
+    endpoint_share.wait_in_line(api_base="", candidate_ids=ids[1], priority=0)
+    woken = endpoint_share.next_in_line(api_base="")
+    assert woken is not None and woken.candidate_ids == ids[0]
+    newcomer = endpoint_share.slot_take(api_base="")  # before the woken one could take it
+    assert newcomer is not None
+    with django_capture_on_commit_callbacks(execute=True):
+        tasks.candidates_generate.apply(args=[ids[0]], kwargs={"woken": True, "place": woken.place})
+    assert set(woken_one.candidates.values_list("status", "attempts")) == {("pending", 0)}
+    assert first_in_line() == ids[0]
+    assert first_in_line() == ids[1]
 
 
 @pytest.mark.usefixtures("vector_store", "one_at_a_time")
@@ -131,7 +161,7 @@ def test_a_prepare_task_that_generates_inline_waits_for_the_share_too(
     assert set(generation.candidates.values_list("status", "attempts")) == {("pending", 0)}
     assert sent_again == []
     ids = sorted(generation.candidates.values_list("pk", flat=True))
-    assert sorted(endpoint_share.next_in_line(api_base="") or []) == ids
+    assert sorted(first_in_line() or []) == ids
     assert generation.status == Generation.Status.RUNNING
 
 

@@ -94,4 +94,4 @@ def test_a_waiting_line_gives_its_lowest_score_first_and_a_place_is_kept_on_join
     counters.line_join("line", "late", score=5, timeout_s=60)
     counters.line_join("line", "early", score=1, timeout_s=60)
     counters.line_join("line", "late", score=0, timeout_s=60)  # in line already: keeps its place
-    assert [counters.line_next("line") for _ in range(3)] == ["early", "late", None]
+    assert [counters.line_next("line") for _ in range(3)] == [("early", 1), ("late", 5), None]
