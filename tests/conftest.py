@@ -87,6 +87,15 @@ def _fresh_rate_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ratelimit, "clock", lambda: pinned)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_model_pace() -> None:
+    """Each test reads a model's pace from its own calls: none an earlier test logged stays
+    in this process's read of the last second (gateway/pace.py)."""
+    from icrlhf.gateway import pace
+
+    pace._read.clear()
+
+
 @pytest.fixture
 def llm_answer(monkeypatch: pytest.MonkeyPatch) -> LLMAnswer:
     """Makes the LLM module answer a given text (or raise, for "litellm.RateLimitError") through

@@ -40,6 +40,14 @@ class Pace:
     answer_tokens: int
     calls: int
 
+    @property
+    def prompt_tokens_per_s(self) -> float | None:
+        return 1 / self.prompt_s_per_token if self.prompt_s_per_token else None
+
+    @property
+    def answer_tokens_per_s(self) -> float | None:
+        return 1 / self.answer_s_per_token if self.answer_s_per_token else None
+
     def expected_s(self, *, prompt_tokens: int, max_tokens: int) -> float:
         """A call's expected time: the wait, its prompt read, an answer as long as the
         recent ones (no longer than it may be) written."""

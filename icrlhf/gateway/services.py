@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
@@ -282,7 +281,7 @@ def _plan_for_model(retrieved: Plan, *, request: ChatRequest, prompt: PromptCont
     params = {"temperature": queue.temperature, "max_tokens": queue.max_tokens}
     params |= request.sampling()
     params["max_tokens"] = min(int(params["max_tokens"]), queue.max_tokens)
-    model = queue.model or settings.LLM_MODEL
+    model = queue.llm_model
     # A held-out call is retrieved for all the same (its coverage is measured alike), but
     # nothing retrieved reaches its prompt; of the rest, what fits the model's window.
     room = Room.of_call(

@@ -6,7 +6,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -116,7 +115,7 @@ def generation_start(*, item: Item, n_candidates: int, served: Served | None = N
     queue = item.queue
     generation = Generation.objects.create(
         item=item,
-        model=queue.model or settings.LLM_MODEL,
+        model=queue.llm_model,
         api_base=queue.api_base,  # empty: the worker's LLM_API_BASE
         params={"temperature": queue.temperature, "max_tokens": queue.max_tokens},
         n_candidates=n_candidates,

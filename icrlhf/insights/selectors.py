@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from icrlhf.gateway.call_log import JournalState, journal_state
 from icrlhf.gateway.models import Call
+from icrlhf.gateway.pace import Pace, model_pace
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.insights.stats import two_proportion_p, wilson
 from icrlhf.kinds import kind_of
@@ -583,6 +584,11 @@ def _anchoring(queue: Queue, days: list[date]) -> Anchoring:
 def queue_calls(*, queue: Queue) -> QuerySet[Call]:
     """The queue's gateway calls, newest first."""
     return Call.objects.filter(queue=queue).order_by("-created_at", "-pk")
+
+
+def queue_model_pace(*, queue: Queue) -> Pace | None:
+    """The pace of the model the queue's gateway calls go to, as the gateway reads it now."""
+    return model_pace(queue.llm_model)
 
 
 def call_log_journal(*, user: AnyUser) -> JournalState | None:

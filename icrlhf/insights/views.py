@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -13,6 +14,7 @@ from icrlhf.insights.selectors import (
     call_log_journal,
     queue_calls,
     queue_dashboard,
+    queue_model_pace,
 )
 from icrlhf.queues.access import is_admin, queue_for_member, review_check
 from icrlhf.review import guard
@@ -180,5 +182,7 @@ def queue_calls_page(request: HttpRequest, slug: str) -> HttpResponse:
         "page": page,
         "upstream_detail": is_admin(request.user),
         "journal": call_log_journal(user=request.user),
+        "pace": queue_model_pace(queue=queue),
+        "deadline_s": settings.GATEWAY_CALL_DEADLINE_S,
     }
     return render(request, "insights/calls.html", context)

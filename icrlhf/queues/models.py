@@ -281,6 +281,11 @@ class Queue(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    @property
+    def llm_model(self) -> str:
+        """The litellm model the queue's calls go to: its own, or the install's LLM_MODEL."""
+        return self.model or settings.LLM_MODEL
+
 
 class Membership(models.Model):
     """A user's place in one queue, and their role there: a role never reaches another queue.

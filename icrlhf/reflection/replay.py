@@ -189,7 +189,7 @@ def _step_right(wanted: StepWanted, *, queue: Queue, draft: str) -> bool:
     queue's prompt, no examples), takes the wanted action."""
     call = wanted.step.call
     assert call is not None  # selected with one
-    model = queue.model or settings.LLM_MODEL
+    model = queue.llm_model
     params = {"temperature": 0.0, "seed": 7, "max_tokens": queue.max_tokens}
     prompt = prompt_context(
         queue=queue,

@@ -30,14 +30,6 @@ URL = "/v1/chat/completions"
 MODEL = "openai/fixed"
 
 
-@pytest.fixture(autouse=True)
-def fresh_pace() -> Iterator[None]:
-    """Each test reads the pace afresh, and leaves none of its slow calls behind."""
-    pace._read.clear()
-    yield
-    pace._read.clear()
-
-
 @pytest.fixture
 def upstream() -> Iterator[FixedLatencyLLM]:
     server = FixedLatencyLLM(latency_s=0).start()

@@ -7,6 +7,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from icrlhf.gateway import pace
 from icrlhf.gateway.models import Call
 from icrlhf.insights.selectors import queue_dashboard
 from tests.factories import QueueFactory, UserFactory
@@ -60,6 +61,29 @@ def test_the_log_shows_where_a_calls_time_went(queue: Any, logged_in: Client) ->
     assert "waited 80 · read 600 · wrote 300 ms" in page
     assert "asked 2 times" in page and "12 cached" in page
     assert page.count("waited ") == 1
+
+
+def test_the_log_says_the_models_pace_now_and_what_is_refused(
+    queue: Any, logged_in: Client
+) -> None:
+    page = logged_in.get(f"/q/{queue.slug}/calls/").content.decode()
+    assert "No call answered by the model in the last minute reports its times" in page
+    pace._read.clear()  # the page read it within the second
+    for _ in range(3):
+        served(
+            queue,
+            model=queue.llm_model,
+            upstream_ms=12_000,
+            model_prompt_ms=1_000,
+            model_generation_ms=10_000,
+            prompt_tokens=500,
+            completion_tokens=100,
+        )
+    page = logged_in.get(f"/q/{queue.slug}/calls/").content.decode()
+    assert "from 3 calls it answered in the last minute" in page
+    assert "waits 1.0 s for a free slot" in page
+    assert "read at 500 tokens a second and its answer written at 10.0" in page
+    assert "refused at once (503" in page
 
 
 def test_the_log_lists_the_queues_calls_escaped(queue: Any, logged_in: Client) -> None:
