@@ -127,14 +127,23 @@ class CallInFlight:
 
 class NoTimeLeft(llm.LLMError):
     """A call refused before it was sent: at the model's pace now, it would not be answered
-    before its deadline (pace.py). `retry_after_s`: about when it would be."""
+    before its deadline (pace.py). `retry_after_s`: about when it would be; when most recent
+    calls were lost, a deadline from now, when every call in flight has ended."""
 
     def __init__(self, *, expected_s: float, left_s: float) -> None:
-        self.retry_after_s = max(1, min(math.ceil(expected_s - left_s), 600))
+        deadline_s = settings.GATEWAY_CALL_DEADLINE_S
+        if math.isinf(expected_s):
+            self.retry_after_s = max(1, math.ceil(deadline_s))
+            why = "most of this queue's calls of the last minute were lost to the deadline"
+        else:
+            self.retry_after_s = max(1, min(math.ceil(expected_s - left_s), math.ceil(deadline_s)))
+            why = (
+                f"its calls take about {expected_s:.0f} s now, and this one had "
+                f"{max(0.0, left_s):.0f} s left"
+            )
         message = (
-            f"The model is too busy to answer in time, so the call was not sent (its calls "
-            f"take about {expected_s:.0f} s now, and this one had {max(0.0, left_s):.0f} s "
-            f"left of GATEWAY_CALL_DEADLINE_S); retry in {self.retry_after_s} s."
+            f"The model is too busy to answer in time, so the call was not sent ({why}, "
+            f"GATEWAY_CALL_DEADLINE_S {deadline_s:g} s); retry in {self.retry_after_s} s."
         )
         super().__init__(message, status=503)
 

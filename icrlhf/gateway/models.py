@@ -90,8 +90,6 @@ class Call(models.Model):
         ordering = ["-created_at", "-pk"]
         indexes = [
             models.Index(fields=["queue", "created_at"]),
-            # A model's latest calls: its pace now (pace.py).
-            models.Index(fields=["model", "created_at"], name="call_model_recent"),
             models.Index(
                 fields=["created_at"],
                 condition=models.Q(item__isnull=True) & ~models.Q(capture=""),

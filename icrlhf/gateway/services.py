@@ -14,7 +14,7 @@ from django.db import DatabaseError, IntegrityError, transaction
 from django.utils import timezone
 
 from icrlhf.gateway.models import Call
-from icrlhf.gateway.pace import model_pace
+from icrlhf.gateway.pace import queue_pace
 from icrlhf.gateway.schemas import ChatRequest
 from icrlhf.generation import ranking
 from icrlhf.generation.context import PromptContext, Room, prompt_context, request_signature
@@ -290,7 +290,7 @@ def _plan_for_model(retrieved: Plan, *, request: ChatRequest, prompt: PromptCont
     sent = prompt.fitted(examples=[] if retrieved.holdout else prompt.recall.examples, room=room)
     own = [r for r in sent.examples if not r.format_only]
     retry = sent if len(own) == len(sent.examples) else prompt.fitted(examples=own, room=room)
-    pace = model_pace(model)
+    pace = queue_pace(queue.pk)
     expected_s = (
         None
         if pace is None

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from icrlhf.gateway.call_log import JournalState, journal_state
 from icrlhf.gateway.models import Call
-from icrlhf.gateway.pace import Pace, model_pace
+from icrlhf.gateway.pace import Pace, queue_pace
 from icrlhf.generation.models import Candidate, Generation
 from icrlhf.insights.stats import two_proportion_p, wilson
 from icrlhf.kinds import kind_of
@@ -587,8 +587,8 @@ def queue_calls(*, queue: Queue) -> QuerySet[Call]:
 
 
 def queue_model_pace(*, queue: Queue) -> Pace | None:
-    """The pace of the model the queue's gateway calls go to, as the gateway reads it now."""
-    return model_pace(queue.llm_model)
+    """The pace of the queue's model over its gateway calls, as the gateway reads it now."""
+    return queue_pace(queue.pk)
 
 
 def call_log_journal(*, user: AnyUser) -> JournalState | None:

@@ -65,7 +65,9 @@ def test_a_generation_waits_in_line_for_its_share_and_is_woken_when_a_slot_comes
     model_calls: list[llm.Call],
     sent_again: list[dict[str, Any]],
     django_capture_on_commit_callbacks: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(endpoint_share, "clock", lambda: 1234.5)  # when the second joins
     first, second = _prepared(queue, user), _prepared(queue, user)
     first_ids = list(first.candidates.order_by("pk").values_list("pk", flat=True))
     second_ids = list(second.candidates.order_by("pk").values_list("pk", flat=True))
@@ -91,6 +93,8 @@ def test_a_generation_waits_in_line_for_its_share_and_is_woken_when_a_slot_comes
     [woken] = sent_again
     assert woken["args"] == (second_ids,) and woken["priority"] == 0
     assert woken["kwargs"]["woken"] is True
+    # Its place in line goes with it (its fair priority, then the time it joined).
+    assert woken["kwargs"]["place"] % endpoint_share._PRIORITY_WEIGHT == 1234.5
     pipeline.candidates_generate(candidate_ids=second_ids, woken=True)
     assert len(model_calls) == 3
     done = list(second.candidates.all())

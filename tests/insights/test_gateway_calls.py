@@ -67,12 +67,11 @@ def test_the_log_says_the_models_pace_now_and_what_is_refused(
     queue: Any, logged_in: Client
 ) -> None:
     page = logged_in.get(f"/q/{queue.slug}/calls/").content.decode()
-    assert "No call answered by the model in the last minute reports its times" in page
+    assert "Too few of this queue's calls in the last minute" in page
     pace._read.clear()  # the page read it within the second
     for _ in range(3):
         served(
             queue,
-            model=queue.llm_model,
             upstream_ms=12_000,
             model_prompt_ms=1_000,
             model_generation_ms=10_000,
@@ -80,10 +79,15 @@ def test_the_log_says_the_models_pace_now_and_what_is_refused(
             completion_tokens=100,
         )
     page = logged_in.get(f"/q/{queue.slug}/calls/").content.decode()
-    assert "from 3 calls it answered in the last minute" in page
+    assert "from this queue's 3 calls of the last minute:" in page
     assert "waits 1.0 s for a free slot" in page
     assert "read at 500 tokens a second and its answer written at 10.0" in page
     assert "refused at once (503" in page
+    pace._read.clear()
+    for _ in range(4):
+        served(queue, status_code=504, upstream_ms=None)
+    page = logged_in.get(f"/q/{queue.slug}/calls/").content.decode()
+    assert "(4 lost to the deadline): most were lost, so calls are refused at once" in page
 
 
 def test_the_log_lists_the_queues_calls_escaped(queue: Any, logged_in: Client) -> None:
