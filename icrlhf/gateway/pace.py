@@ -8,10 +8,11 @@ keeps them); the wait is the rest of the upstream's time. A call lost to the dea
 (`504`) reports nothing, but says more: it waited longer than any answered call. So the
 queue's calls of the last PACE_WINDOW_S tell the model's pace under its load now: their
 median wait, a lost call counting as longer than any, and the seconds a prompt token and an
-answer token took in the answered ones. Fewer than _FEWEST such calls (an idle model, a
-server that reports no times, calls only streamed: a stream's row has no times) give no
-estimate, and every call goes ahead: a refusal needs evidence. While calls are refused, no
-new ones are logged: the evidence ages out of the window, and calls go ahead again.
+answer token took in the answered ones with the server's times. Where the server reports no
+times (a stream's row never has them), a call's whole upstream time stands for its wait.
+Fewer than _FEWEST calls (an idle model) give no estimate, and every call goes ahead: a
+refusal needs evidence. Refused calls are not counted: while calls are refused, the
+evidence ages out of the window, and calls go ahead again.
 
 A queue's own calls, not the model's across queues: what one queue's members see of the
 pace (the calls page) never tells them of another queue's traffic."""
