@@ -9,7 +9,7 @@ from django.core.management import call_command
 from icrlhf.ops.local_llm import PORTABLE_BASELINE
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
-pytestmark = [pytest.mark.integration, pytest.mark.llm]
+pytestmark = [pytest.mark.integration, pytest.mark.llm, pytest.mark.model_bound]
 
 
 def test_the_speed_benchmark_measures_the_installed_build() -> None:

@@ -3,8 +3,6 @@ per call. The upstream is the fixed-latency test double over HTTP, through litel
 path. A stream that drips past the deadline is cut in the real gateway process
 (test_endpoint.py): this process's test client reads a stream on another event loop."""
 
-import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from icrlhf.ingest.services import token_create
 from icrlhf.queues.models import Queue
 from tests.factories import QueueFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.gateway_app import ask, helpdesk_queue_fixture, upstream_fixture  # noqa: F401
 from tests.support.waiting import wait_for
 
 pytestmark = [
@@ -26,29 +25,10 @@ pytestmark = [
     pytest.mark.usefixtures("eager_tasks", "vector_store", "gateway_threads"),
 ]
 
-URL = "/v1/chat/completions"
-
-
-@pytest.fixture
-def upstream() -> Iterator[FixedLatencyLLM]:
-    server = FixedLatencyLLM(latency_s=0).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def queue(upstream: FixedLatencyLLM) -> Queue:
-    return QueueFactory(slug="helpdesk", api_base=upstream.api_base, model="openai/fixed")
-
 
 def app_for(queue: Queue) -> tuple[Client, IntegrationToken]:
     record, token = token_create(queue=queue, name="app")
     return Client(headers={"Authorization": f"Bearer {token}"}), record
-
-
-def ask(client: Client, **body: Any) -> Any:
-    payload = {"model": "helpdesk", "messages": [{"role": "user", "content": "Hi"}], **body}
-    return client.post(URL, json.dumps(payload), content_type="application/json")
 
 
 def events_of(response: Any) -> list[str]:  # for streams that need no upstream connection

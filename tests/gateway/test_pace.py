@@ -4,8 +4,6 @@ Retry-After, the upstream never asked), and lets the upstream wait what is left 
 call's deadline rather than LLM_TIMEOUT_S. The upstream is a real local endpoint
 (FixedLatencyLLM) reached through litellm's real code path."""
 
-import json
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -19,6 +17,7 @@ from icrlhf.ingest.services import token_create
 from icrlhf.queues.models import Queue
 from tests.factories import QueueFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.gateway_app import ask, helpdesk_queue_fixture, upstream_fixture  # noqa: F401
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),  # the gateway's threads have their own connections
@@ -26,30 +25,11 @@ pytestmark = [
     pytest.mark.usefixtures("eager_tasks", "vector_store", "gateway_threads"),
 ]
 
-URL = "/v1/chat/completions"
-
-
-@pytest.fixture
-def upstream() -> Iterator[FixedLatencyLLM]:
-    server = FixedLatencyLLM(latency_s=0).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def queue(upstream: FixedLatencyLLM) -> Queue:
-    return QueueFactory(slug="helpdesk", api_base=upstream.api_base, model="openai/fixed")
-
 
 @pytest.fixture
 def client(queue: Queue) -> Client:
     token = token_create(queue=queue, name="app")[1]
     return Client(headers={"Authorization": f"Bearer {token}"})
-
-
-def ask(client: Client, **body: Any) -> Any:
-    payload = {"model": "helpdesk", "messages": [{"role": "user", "content": "Hi"}], **body}
-    return client.post(URL, json.dumps(payload), content_type="application/json")
 
 
 def calls_logged(queue: Queue, *, waited_ms: int, count: int = 5, **fields: Any) -> None:

@@ -18,6 +18,7 @@ from icrlhf.ingest.services import token_create
 from icrlhf.integrations.vectors import VectorStoreUnavailable
 from tests.factories import QueueFactory
 from tests.support.fixed_latency_llm import FixedLatencyLLM
+from tests.support.gateway_app import CHAT_URL, ask
 from tests.support.llm_answer import LLMAnswer
 from tests.support.waiting import wait_for
 
@@ -26,8 +27,6 @@ pytestmark = [
     pytest.mark.urls("icrlhf.gateway.urls"),
     pytest.mark.usefixtures("eager_tasks", "vector_store", "gateway_threads"),
 ]
-
-URL = "/v1/chat/completions"
 
 
 @pytest.fixture
@@ -44,11 +43,6 @@ def test_a_token_without_the_gateway_scope_is_refused(app: tuple[Client, Any]) -
     assert response.status_code == 403
     assert error_of(response)["code"] == "insufficient_scope"
     assert not Call.objects.exists()
-
-
-def ask(client: Client, **body: Any) -> Any:
-    payload = {"model": "helpdesk", "messages": [{"role": "user", "content": "Hi"}], **body}
-    return client.post(URL, json.dumps(payload), content_type="application/json")
 
 
 def error_of(response: Any) -> dict[str, Any]:
@@ -108,15 +102,15 @@ def test_a_bad_request_says_what_is_wrong(
 
 def test_not_json_too_large_and_wrong_method(app: tuple[Client, Any], settings: Any) -> None:
     client, _ = app
-    response = client.post(URL, "{not json", content_type="application/json")
+    response = client.post(CHAT_URL, "{not json", content_type="application/json")
     assert response.status_code == 400 and "not valid JSON" in error_of(response)["message"]
     deep = '{"model": "helpdesk", "messages": ' + "[" * 100_000 + "]" * 100_000 + "}"
-    response = client.post(URL, deep, content_type="application/json")
+    response = client.post(CHAT_URL, deep, content_type="application/json")
     assert response.status_code == 400 and "nested too deeply" in error_of(response)["message"]
     settings.GATEWAY_MAX_REQUEST_BYTES = 100
     response = ask(client, messages=[{"role": "user", "content": "x" * 200}])
     assert response.status_code == 413 and error_of(response)["code"] == "request_too_large"
-    assert client.get(URL).status_code == 405
+    assert client.get(CHAT_URL).status_code == 405
 
 
 def test_tokens_missing_revoked_or_over_their_limit(
@@ -199,7 +193,7 @@ def test_a_body_past_the_limit_is_refused_before_it_is_read(settings: Any) -> No
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": URL, "headers": [], "query_string": b""}
+    scope = {"type": "http", "method": "POST", "path": CHAT_URL, "headers": [], "query_string": b""}
     async_to_sync(application)(scope, receive, send)
     assert sent[0]["status"] == 413
     assert b"request_too_large" in sent[1]["body"]
@@ -276,7 +270,7 @@ def test_the_gateway_urls_are_not_served_by_the_web_process(
     app: tuple[Client, Any], settings: Any
 ) -> None:
     settings.ROOT_URLCONF = "icrlhf.urls"
-    assert app[0].post(URL, "{}", content_type="application/json").status_code in (302, 404)
+    assert app[0].post(CHAT_URL, "{}", content_type="application/json").status_code in (302, 404)
 
 
 class TalkativeLLM(FixedLatencyLLM):

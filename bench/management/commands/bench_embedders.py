@@ -26,7 +26,9 @@ class Command(BaseCommand):
         parser.add_argument("--held-out", type=int, default=1000, help="Messages predicted.")
         parser.add_argument("--seed", type=int, default=0, help="Of the split.")
         parser.add_argument("--single-calls", type=int, default=200)
-        parser.add_argument("--batches", type=int, default=10, help="Batches of 32 timed.")
+        parser.add_argument(
+            "--batches", type=int, default=10, help="Times 32 texts, in batches of 8 and of 32."
+        )
         parser.add_argument("--json", action="store_true", help="End with one JSON line.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -50,8 +52,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"kNN top-1 with {result['stored']} stored, {result['held_out']} held out (seed "
             f"{result['seed']}); speed with {result['threads']} thread(s), "
-            f"{result['single_calls']} single-text calls, {result['batch32_texts']} texts in "
-            "batches of 32:"
+            f"{result['single_calls']} single-text calls, {result['batch_texts']} texts in "
+            "batches of 8 and of 32:"
         )
         for line in table(result):
             self.stdout.write(line)
