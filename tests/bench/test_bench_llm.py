@@ -9,9 +9,10 @@ from django.core.management import call_command
 from icrlhf.ops.local_llm import PORTABLE_BASELINE
 from tests.support.fixed_latency_llm import FixedLatencyLLM
 
-pytestmark = [pytest.mark.integration, pytest.mark.llm, pytest.mark.model_bound]
+pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
 
+@pytest.mark.model_bound
 def test_the_speed_benchmark_measures_the_installed_build() -> None:
     out = io.StringIO()
     call_command("bench_llm", "--runs=1", "--tokens=16", "--json", stdout=out)

@@ -27,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0, help="Of the split.")
         parser.add_argument("--single-calls", type=int, default=200)
         parser.add_argument(
-            "--batches", type=int, default=10, help="Times 32 texts, in batches of 8 and of 32."
+            "--batches", type=int, default=10, help="Lots of 32 texts timed, by 8 and by 32."
         )
         parser.add_argument("--json", action="store_true", help="End with one JSON line.")
 
