@@ -61,3 +61,4 @@ def test_the_gateway_benchmark_answers_every_call_and_reports_its_figures() -> N
     assert result["steady_overhead_p95_ms_10k_32"] == ours["steady"]["overhead_p95_ms"]
     assert result["steady_overhead_p99_ms_10k_32"] == ours["steady"]["overhead_p99_ms"]
     assert result["memory_answer_p99_ms_32"] == result["memory"]["0.1k_32"]["latency_p99_ms"] > 0
+    assert result["memory_answers_per_s_32"] == result["memory"]["0.1k_32"]["throughput_rps"] > 0
