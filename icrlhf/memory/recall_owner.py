@@ -3,12 +3,12 @@ retrievals other processes ask of it (`remote_recall`), over its private socket
 (`integrations.local_socket`).
 
 One thread answers what has arrived since its last round: the requests' texts are embedded
-as one batch (fastembed embeds 32 short texts in about half the time per text of 32 single
-calls; a text embedded recently is not embedded again) and each is then searched with its
-vector, as `selectors.examples_recall` searches in place. The asker sends its queue's row
-(it has just read it, with the token) and gets the examples' rows back, so neither reads
-what the other has. Writes (indexing, curation) are untouched: they stay tasks of the memory
-queue, with their retries and sweeps."""
+as one batch (fastembed embeds a batch of short texts in about 70% of the time per text of
+single calls, `bench_embedders`; a text embedded recently is not embedded again) and each is
+then searched with its vector, as `selectors.examples_recall` searches in place. The asker
+sends its queue's row (it has just read it, with the token) and gets the examples' rows
+back, so neither reads what the other has. Writes (indexing, curation) are untouched: they
+stay tasks of the memory queue, with their retries and sweeps."""
 
 import logging
 import time
