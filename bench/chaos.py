@@ -198,7 +198,12 @@ class ChaosWorld:
         child = self.stack.spawn(
             "gateway",
             gateway_command(port, workers=1),
-            env={**self.worker_env, "LLM_API_BASE": self.llm.api_base},
+            # The gateway writes its own log: the faults below kill it, writer and all.
+            env={
+                **self.worker_env,
+                "LLM_API_BASE": self.llm.api_base,
+                "CALL_LOG_WRITER": "gateway",
+            },
         )
         base = f"http://127.0.0.1:{port}"
 

@@ -35,6 +35,7 @@ from icrlhf.ops.models_build import ModelIntegrityError, local_llm_build
 from icrlhf.ops.stack import (
     Child,
     Stack,
+    call_log_writer_command,
     celery_worker_command,
     free_port,
     gateway_command,
@@ -150,6 +151,8 @@ class World:
         """The OpenAI-compatible gateway (uvicorn, as `make run` starts it) once it answers;
         returns it and its API base URL."""
         port = port or free_port()
+        if not any(child.name == "call-log-writer" for child in self.stack.children):
+            self.spawn("call-log-writer", call_log_writer_command())
         child = self.spawn("gateway", gateway_command(port))
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: http_ok(f"{base}/healthz"), timeout_s=60, what="the gateway")

@@ -462,6 +462,17 @@ GATEWAY_THREADS = env_int("GATEWAY_THREADS", 8)
 # share the store through its owner, and the call log's one writer.
 _CORES = os.cpu_count() or 1
 GATEWAY_PROCESSES = env_int("GATEWAY_PROCESSES", min(_CORES, max(2, _CORES // 2)))
+# Who writes the gateway's call log from its journal (with Redis as the cache): "process", a
+# process of its own (`manage.py call_log_writer`, which make run, docker-compose and the
+# benchmarks start), or "gateway", a thread in each gateway process, for a gateway run alone.
+# Writing the rows (the call, its run's step) was most of a memory answer's CPU in the
+# gateway's interpreter (py-spy), where it took turns with the calls. Either way one writer at
+# a time holds the journal's lock, and the worker's sweep writes what no writer is writing.
+CALL_LOG_WRITER = env_str("CALL_LOG_WRITER", "process")
+if CALL_LOG_WRITER not in ("process", "gateway"):
+    raise ImproperlyConfigured(
+        f"CALL_LOG_WRITER must be `process` or `gateway`, got {CALL_LOG_WRITER!r}"
+    )
 
 # --- Input limits ----------------------------------------------------------------------------
 ITEM_INPUT_MAX_CHARS = env_int("ITEM_INPUT_MAX_CHARS", 20_000)

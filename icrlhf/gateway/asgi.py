@@ -27,8 +27,10 @@ views.warm_up()
 if settings.QDRANT_URL:  # with a server, retrieval runs here (else in the worker)
     embeddings.warm_up()
 
-# The call log's writer: the rows left waiting are written before the process ends (uvicorn
-# stops gracefully on SIGTERM; after a kill, the next writer or the worker's sweep writes them).
-_writer = call_log.writer()
-_writer.start()
-atexit.register(_writer.stop)
+# The call log's writer, when it is this process's (CALL_LOG_WRITER=gateway): the rows left
+# waiting are written before the process ends (uvicorn stops gracefully on SIGTERM; after a
+# kill, the next writer or the worker's sweep writes them).
+if settings.CALL_LOG_WRITER == "gateway":
+    _writer = call_log.writer()
+    _writer.start()
+    atexit.register(_writer.stop)

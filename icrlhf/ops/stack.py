@@ -207,6 +207,11 @@ def gateway_command(port: int, *, host: str = "127.0.0.1", workers: int = 0) -> 
     ]
 
 
+def call_log_writer_command() -> list[str]:
+    """The gateway's call log's writer (CALL_LOG_WRITER=process): one for all gateways."""
+    return [sys.executable, str(settings.BASE_DIR / "manage.py"), "call_log_writer"]
+
+
 class Stack:
     def __init__(self, *, log_dir: Path) -> None:
         self.log_dir = log_dir

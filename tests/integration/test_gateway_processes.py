@@ -1,7 +1,8 @@
 """The gateway as installs run it: two processes (GATEWAY_PROCESSES' default on two cores),
-where every other test runs one. Calls answered by each process are logged, through the
-journal on the machine's Redis, in the order they were made; stopping the gateway stops
-both processes."""
+where every other test runs one, and the call log's writer in a process of its own
+(CALL_LOG_WRITER's default). Calls answered by each process are logged, through the journal on
+the machine's Redis, in the order they were made; stopping the gateway stops both processes;
+the writer, stopped, writes what waits before it ends."""
 
 import http.client
 import json
@@ -16,7 +17,11 @@ from icrlhf.ingest.services import token_create
 from tests.factories import QueueFactory
 from tests.support.caches import cache_in_redis
 from tests.support.fixed_latency_llm import FixedLatencyLLM
-from tests.support.processes import GatewayProcess, production_gateway_env
+from tests.support.processes import (
+    CallLogWriterProcess,
+    GatewayProcess,
+    production_gateway_env,
+)
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -24,20 +29,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 MAX_CALLS = 40  # until each process has answered one; the kernel hands connections out
 
 
-def _served_by(port: int, body: dict[str, Any], token: str, processes: list[psutil.Process]) -> int:
-    """Makes one call on a connection of its own; the pid of the process that answered it
-    (the one holding the connection's other end, kept alive after the answer)."""
+def _asked(port: int, body: dict[str, Any], token: str) -> http.client.HTTPConnection:
+    """Makes one call on a connection of its own, answered 200; the connection, still open."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps(body),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    response = connection.getresponse()
+    assert response.status == 200, response.read()
+    response.read()
+    return connection
+
+
+def _served_by(port: int, body: dict[str, Any], token: str, processes: list[psutil.Process]) -> int:
+    """Makes one call; the pid of the process that answered it (the one holding the
+    connection's other end, kept alive after the answer)."""
+    connection = _asked(port, body, token)
     try:
-        connection.request(
-            "POST",
-            "/v1/chat/completions",
-            body=json.dumps(body),
-            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        )
-        response = connection.getresponse()
-        assert response.status == 200, response.read()
-        response.read()
         assert connection.sock is not None
         client_port = connection.sock.getsockname()[1]
         (pid,) = [
@@ -68,11 +79,12 @@ def test_calls_through_each_of_two_gateway_processes_are_logged_in_order_and_sto
     queue = QueueFactory(slug="desk", capture_below_similarity=None)
     token = token_create(queue=queue, name="app")[1]
     upstream = FixedLatencyLLM(latency_s=0.05).start()
-    gateway = GatewayProcess(
-        env=production_gateway_env(settings, cache_prefix=prefix, llm_api_base=upstream.api_base),
-        log=tmp_path / "gateway.log",
-        processes=2,
-    )
+    env = {
+        **production_gateway_env(settings, cache_prefix=prefix, llm_api_base=upstream.api_base),
+        "CALL_LOG_WRITER": "process",
+    }
+    gateway = GatewayProcess(env=env, log=tmp_path / "gateway.log", processes=2)
+    writer = CallLogWriterProcess(env=env, log=tmp_path / "writer.log")
     try:
         gateway.wait_ready()
         processes = wait_for(lambda: _serving(gateway.process.pid), what="two processes")
@@ -87,6 +99,42 @@ def test_calls_through_each_of_two_gateway_processes_are_logged_in_order_and_sto
         assert [call.request_text for call in logged] == [f"Q{n}" for n in range(len(served))]
     finally:
         gateway.stop()
+        writer.stop()
         upstream.stop()
     gone, alive = psutil.wait_procs(processes, timeout=15)
     assert alive == [] and len(gone) == 2
+    assert writer.process.returncode == 0, writer.log.read_text()[-3000:]
+
+
+def test_the_call_log_writer_writes_what_waited_for_it_and_stops_when_told(
+    tmp_path: Path, settings: Any
+) -> None:
+    """Calls answered while no writer runs wait in the journal (the gateway does not write
+    them itself); the writer, once started, writes them in order, and SIGTERM stops it."""
+    prefix = cache_in_redis(settings)
+    queue = QueueFactory(slug="desk", capture_below_similarity=None)
+    token = token_create(queue=queue, name="app")[1]
+    upstream = FixedLatencyLLM(latency_s=0.01).start()
+    env = {
+        **production_gateway_env(settings, cache_prefix=prefix, llm_api_base=upstream.api_base),
+        "CALL_LOG_WRITER": "process",
+    }
+    gateway = GatewayProcess(env=env, log=tmp_path / "gateway.log", processes=1)
+    try:
+        gateway.wait_ready()
+        for n in range(3):
+            body = {"model": "desk", "messages": [{"role": "user", "content": f"Q{n}"}]}
+            _asked(gateway.port, body, token).close()
+    finally:
+        gateway.stop()
+        upstream.stop()
+    assert Call.objects.filter(queue=queue).count() == 0  # nobody wrote them: they waited
+
+    writer = CallLogWriterProcess(env=env, log=tmp_path / "writer.log")
+    try:
+        logged = Call.objects.filter(queue=queue).order_by("created_at", "pk")
+        wait_for(lambda: logged.count() == 3, what="the waiting calls in the log")
+        assert [call.request_text for call in logged] == ["Q0", "Q1", "Q2"]
+    finally:
+        writer.stop()
+    assert writer.process.returncode == 0, writer.log.read_text()[-3000:]

@@ -82,7 +82,8 @@ def test_the_compose_check_catches_a_broken_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "service", ["web", "worker", "gateway", "beat", "redis", "qdrant", "postgres"]
+    "service",
+    ["web", "worker", "gateway", "call-log-writer", "beat", "redis", "qdrant", "postgres"],
 )
 def test_the_compose_file_runs_every_part_at_scale(service: str) -> None:
     result = _run([_compose(), "-f", "docker-compose.yml", "config", "--services"], COMPOSE_ENV)

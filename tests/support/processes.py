@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.world import database_url_of
-from icrlhf.ops.stack import celery_worker_command, free_port, gateway_command, http_ok
+from icrlhf.ops.stack import (
+    call_log_writer_command,
+    celery_worker_command,
+    free_port,
+    gateway_command,
+    http_ok,
+)
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +98,14 @@ class GatewayProcess(_TestProcess):
         wait_for(ready, timeout_s=timeout_s, what="the gateway")
 
 
+class CallLogWriterProcess(_TestProcess):
+    """The call log's writer in its own process (`manage.py call_log_writer`), as make run
+    starts it beside the gateway."""
+
+    def __init__(self, *, env: dict[str, str], log: Path) -> None:
+        super().__init__(call_log_writer_command(), env=env, log=log)
+
+
 def production_gateway_env(
     settings: Any, *, cache_prefix: str, llm_api_base: str
 ) -> dict[str, str]:
@@ -106,4 +120,7 @@ def production_gateway_env(
         "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
         "LLM_API_BASE": llm_api_base,
         "GATEWAY_RECALL_TIMEOUT_S": "1",
+        # Each gateway process writes its own log, as a gateway run alone does: the writer's
+        # own process is started where a test is about it (CallLogWriterProcess).
+        "CALL_LOG_WRITER": "gateway",
     }

@@ -12,6 +12,7 @@ from icrlhf.ops.demo import demo_login_ensure
 from icrlhf.ops.local_llm import LocalLLMUnsupported, local_llm_check
 from icrlhf.ops.stack import (
     LOOPBACK,
+    call_log_writer_command,
     celery_worker_command,
     embedded_broker_command,
     gateway_command,
@@ -103,6 +104,7 @@ class Command(BaseCommand):
         gateway_port = options["gateway_port"] or options["port"] + 1
         gateway = f"http://127.0.0.1:{gateway_port}"
         supervisor.add(Part("gateway", gateway_command(gateway_port), priority=40))
+        supervisor.add(Part("call-log-writer", call_log_writer_command(), priority=40))
         readiness.append(("gateway", lambda: http_ok(f"{gateway}/healthz"), 60))
         try:
             supervisor.start()
