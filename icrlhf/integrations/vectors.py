@@ -403,10 +403,18 @@ def vectors_of(*, collection: str, ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, 
     with _store() as client:
         if not client.collection_exists(collection):
             return {}
-        # Without payloads: local mode deep-copies every payload it returns.
-        points = client.retrieve(
-            collection, ids=[str(i) for i in ids], with_payload=False, with_vectors=True
-        )
+        points: Sequence[Any]
+        if not settings.QDRANT_URL:
+            # From the Edge shard the search reads too: local mode's own retrieve, in Python,
+            # took 0.34 ms for a prompt's dozen points where the shard takes 0.05.
+            points = _mirror(client, collection).retrieve(
+                [str(i) for i in ids], with_payload=False, with_vector=True
+            )
+        else:
+            # Without payloads: only the vectors are wanted.
+            points = client.retrieve(
+                collection, ids=[str(i) for i in ids], with_payload=False, with_vectors=True
+            )
     return {uuid.UUID(str(point.id)): cast(list[float], point.vector) for point in points}
 
 

@@ -396,34 +396,37 @@ def _live_of(
 
     Rows are read for as many hits as are still missing, nearest first, rather than for all
     of them: a search over-fetches several times what is kept (see `_live_hits`), and
-    reading rows is most of a retrieval's time."""
+    reading rows is most of a retrieval's time. Both roles' rows are read in one query."""
     candidates = [
         hit
         for hit in hits
         if hit.payload.get("queue_id") == queue_id
         and hit.payload.get("status") == Example.Status.ACTIVE
     ]
-
-    def of_role(role: str) -> list[tuple[vectors.Hit, Example]]:
-        waiting = [hit for hit in candidates if hit.payload.get("role") == role]
-        found: list[tuple[vectors.Hit, Example]] = []
-        while waiting and len(found) < limit:
-            batch, waiting = waiting[: limit - len(found)], waiting[limit - len(found) :]
-            # By primary key alone: with `queue_id` in the WHERE too, SQLite's planner (no
-            # statistics) walked the queue's index, every row of a 10k queue for each read.
-            rows = _rows().in_bulk([hit.id for hit in batch])
-            found += [
+    roles = (Example.Role.PREFERRED, Example.Role.REJECTED)
+    waiting = {
+        role: [hit for hit in candidates if hit.payload.get("role") == role] for role in roles
+    }
+    found: dict[str, list[tuple[vectors.Hit, Example]]] = {role: [] for role in roles}
+    while any(waiting[role] and len(found[role]) < limit for role in roles):
+        batch: dict[str, list[vectors.Hit]] = {}
+        for role in roles:
+            missing = limit - len(found[role])
+            batch[role], waiting[role] = waiting[role][:missing], waiting[role][missing:]
+        # By primary key alone: with `queue_id` in the WHERE too, SQLite's planner (no
+        # statistics) walked the queue's index, every row of a 10k queue for each read.
+        rows = _rows().in_bulk([hit.id for hits in batch.values() for hit in hits])
+        for role in roles:
+            found[role] += [
                 (hit, rows[hit.id])
-                for hit in batch
+                for hit in batch[role]
                 if hit.id in rows
                 and rows[hit.id].queue_id == queue_id
                 and rows[hit.id].role == role
                 and rows[hit.id].status == Example.Status.ACTIVE
                 and _admitted(rows[hit.id], signature)
             ]
-        return found
-
-    return of_role(Example.Role.PREFERRED), of_role(Example.Role.REJECTED)
+    return found[Example.Role.PREFERRED], found[Example.Role.REJECTED]
 
 
 def _rows() -> QuerySet[Example]:
