@@ -11,12 +11,22 @@ os.environ["ICRLHF_PROCESS"] = "gateway"
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "icrlhf.settings")
 
 from django.conf import settings  # noqa: E402
+from django.core import signals  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
+from django.db import close_old_connections, reset_queries  # noqa: E402
 
 from icrlhf.gateway.body_limit import body_limited  # noqa: E402
 from icrlhf.integrations import embeddings, llm  # noqa: E402
 
 application = body_limited(get_asgi_application())
+
+# Django closes stale database connections when a request starts and ends: under ASGI, each
+# signal's sync receivers run on a thread of the request's own (sync_to_async), two hand-overs
+# per call that close nothing here: the event loop never touches the database, and the pool's
+# threads check their connections before each piece of work (`in_flight.blocking`).
+signals.request_started.disconnect(close_old_connections)
+signals.request_started.disconnect(reset_queries)
+signals.request_finished.disconnect(close_old_connections)
 
 from icrlhf.gateway import call_log, views  # noqa: E402  (their models need the apps set up)
 

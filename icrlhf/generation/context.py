@@ -107,9 +107,14 @@ class PromptContext:
     signature: Signature
     recall: Recall
     retrieval_ms: float
-    playbook: PlaybookInForce
     # Why nothing was retrieved, when memory was unavailable (the store or the embedder).
     memory_error: VectorStoreUnavailable | EmbeddingModelMissing | None = None
+
+    @functools.cached_property
+    def playbook(self) -> PlaybookInForce:
+        """The queue's playbook in force, read once the prompt is wanted: a gateway call that
+        memory answers needs none, and its query was a fifth of such a call's."""
+        return playbook_in_force(self.queue)
 
     def fitted(
         self,
@@ -221,6 +226,5 @@ def prompt_context(
         signature=signature,
         recall=recall,
         retrieval_ms=(time.monotonic() - started) * 1000,
-        playbook=playbook_in_force(queue),
         memory_error=memory_error,
     )
