@@ -101,7 +101,6 @@ def test_the_benchmark_runs_small_and_prints_its_figures(fixed_llm: FixedLatency
 
 @pytest.mark.integration
 @pytest.mark.llm
-@pytest.mark.model_bound
 def test_a_burst_of_tool_calls_to_the_local_model_loses_none_to_the_deadline() -> None:
     """The burst of issue 60, small: tool calls 4 at a time through the real gateway to the
     real local model, under the stack's own deadlines (LLM_TIMEOUT_S 60 s), none lost, and

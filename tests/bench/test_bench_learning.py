@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-pytestmark = [pytest.mark.integration, pytest.mark.llm, pytest.mark.model_bound]
+pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
 
 def test_a_small_learning_curve_rises_with_stored_decisions(tmp_path: Path) -> None:

@@ -12,7 +12,6 @@ from tests.support.fixed_latency_llm import FixedLatencyLLM
 pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
 
-@pytest.mark.model_bound
 def test_the_speed_benchmark_measures_the_installed_build() -> None:
     out = io.StringIO()
     call_command("bench_llm", "--runs=1", "--tokens=16", "--json", stdout=out)

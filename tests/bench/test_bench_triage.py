@@ -9,7 +9,7 @@ import json
 import pytest
 from django.core.management import call_command
 
-pytestmark = [pytest.mark.integration, pytest.mark.llm, pytest.mark.model_bound]
+pytestmark = [pytest.mark.integration, pytest.mark.llm]
 
 
 def test_a_small_triage_run_reports_valid_proposals_as_json() -> None:
