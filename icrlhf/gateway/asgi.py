@@ -20,10 +20,10 @@ from icrlhf.integrations import embeddings, llm  # noqa: E402
 
 application = body_limited(get_asgi_application())
 
-# Django closes stale database connections when a request starts and ends: under ASGI, each
-# signal's sync receivers run on a thread of the request's own (sync_to_async), two hand-overs
-# per call that close nothing here: the event loop never touches the database, and the pool's
-# threads check their connections before each piece of work (`in_flight.blocking`).
+# Django closes stale database connections when a request starts and ends: under ASGI, on a
+# thread of the request's own (sync_to_async), a hand-over for the start alone. They close
+# nothing here: the event loop never touches the database, and the pool's threads check their
+# connections before each piece of work (`in_flight.blocking`).
 signals.request_started.disconnect(close_old_connections)
 signals.request_started.disconnect(reset_queries)
 signals.request_finished.disconnect(close_old_connections)

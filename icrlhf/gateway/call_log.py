@@ -1,11 +1,12 @@
 """A call's log row and its run's step, written after its answer, then its capture.
 
 The view hands the row over to the call-log journal (`integrations.journal`: one Redis round
-trip, durable) and answers; the gateway process's writer thread writes it, one writer across
-all processes, in the order the calls were answered. An application that posts feedback on a
+trip, durable) and answers; the writer (`manage.py call_log_writer`, or with
+CALL_LOG_WRITER=gateway a thread of each gateway process) writes it, one writer across all
+processes, in the order the calls were answered. An application that posts feedback on a
 call as soon as it has the answer finds the row: the feedback waits while the row is still in
-the journal (`trajectories.feedback`). A process killed mid-burst leaves its rows in the
-journal; the next writer, or the worker's sweep while no gateway runs, writes them. A row the
+the journal (`trajectories.feedback`). A writer killed mid-burst leaves its rows in the
+journal; the next writer, or the worker's sweep while no writer runs, writes them. A row the
 database keeps refusing is set aside as a dead letter (counted on the gateway's /healthz and,
 for admins, on the web app's call log page); an operator lists them, writes them again once
 the cause is fixed, or discards them (`manage.py call_log_dead_letters`). Nothing stays in the
@@ -75,7 +76,7 @@ def entry_write(entry: dict[str, Any]) -> None:
     answer is deleted from the row as the database would have (a queue takes its calls with
     it, a token leaves them without one): else the entry would fail on every try. Looked for
     only once the row is refused: two queries of every row's eight otherwise."""
-    close_old_connections()  # the writer's thread lives as long as the process
+    close_old_connections()  # the writer's thread lives as long as its process
     logged = CallLogged.of_entry(entry)
     try:
         _written(call_record(logged))
@@ -105,7 +106,7 @@ def _captured(call_id: uuid.UUID) -> None:
 
 
 def writer() -> journal.Writer:
-    """The call log's writer, for the gateway process to start, and stop at its end."""
+    """The call log's writer, for its process (or a gateway's) to start, and stop at its end."""
     return journal.Writer(journal.CALLS, entry_write, keep_s=_keep_s(), transient=_TRANSIENT)
 
 

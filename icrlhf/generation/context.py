@@ -113,7 +113,7 @@ class PromptContext:
     @functools.cached_property
     def playbook(self) -> PlaybookInForce:
         """The queue's playbook in force, read once the prompt is wanted: a gateway call that
-        memory answers needs none, and its query was a fifth of such a call's."""
+        memory answers needs none (its query was one of such a call's five)."""
         return playbook_in_force(self.queue)
 
     def fitted(

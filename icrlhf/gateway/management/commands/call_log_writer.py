@@ -32,4 +32,4 @@ class Command(BaseCommand):
         while not stopped.wait(1.0):  # a timed wait: the signal's handler runs between waits
             pass
         writer.stop()  # writes what is left, while holding the journal's lock
-        self.stdout.write("Stopped; the journal's rows are written.")
+        self.stdout.write("Stopped.")
