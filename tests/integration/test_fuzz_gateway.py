@@ -3,8 +3,9 @@ numbers past the float range, nesting deeper than a parser's recursion, escaped 
 surrogates, JSON hidden inside strings, huge strings, and personal data under every key.
 
 The gateway runs in its own process as in production (its call log written through the
-journal in Redis, REDACTION=all, every call captured for review), on the database the suite
-runs on, so `make test` runs this on SQLite and on PostgreSQL. For every generated body:
+journal in Redis by the writer's own process, REDACTION=all, every call captured for review),
+on the database the suite runs on, so `make test` runs this on SQLite and on PostgreSQL.
+For every generated body:
 - no answer is a server error;
 - a call that was answered is in the log within seconds, with its run's step;
 - its run can be rewarded, exported (plain and anonymised) and shown on its page;
@@ -42,7 +43,7 @@ from icrlhf.trajectories.models import Feedback, Step, Trajectory
 from tests.factories import QueueFactory, UserFactory
 from tests.support.caches import cache_in_redis
 from tests.support.fixed_latency_llm import FixedLatencyLLM
-from tests.support.processes import GatewayProcess
+from tests.support.processes import CallLogWriterProcess, GatewayProcess
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -234,20 +235,20 @@ def stack(tmp_path: Path, settings: Any) -> Iterator[Stack]:
         scopes=[Scope.GATEWAY.value, Scope.FEEDBACK.value, Scope.EXPORT.value],
     )[1]
     upstream = FixedLatencyLLM(latency_s=0.0).start()
-    gateway = GatewayProcess(
-        env={
-            "DJANGO_SETTINGS_MODULE": "icrlhf.settings",  # its cache is Redis, as in production
-            "CELERY_QUEUE": prefix,  # the cache's key prefix, and a broker queue nobody reads
-            "CACHE_URL": settings.CELERY_BROKER_URL,
-            "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
-            "LLM_API_BASE": upstream.api_base,
-            "REDACTION": "all",
-            "GATEWAY_RECALL_TIMEOUT_S": "1",
-            "GATEWAY_REQUESTS_PER_MINUTE": "100000",
-            "GATEWAY_PROCESSES": "1",
-        },
-        log=tmp_path / "gateway.log",
-    )
+    env = {
+        "DJANGO_SETTINGS_MODULE": "icrlhf.settings",  # its cache is Redis, as in production
+        "CELERY_QUEUE": prefix,  # the cache's key prefix, and a broker queue nobody reads
+        "CACHE_URL": settings.CELERY_BROKER_URL,
+        "DATABASE_URL": database_url_of(settings.DATABASES["default"]),
+        "LLM_API_BASE": upstream.api_base,
+        "REDACTION": "all",
+        "GATEWAY_RECALL_TIMEOUT_S": "1",
+        "GATEWAY_REQUESTS_PER_MINUTE": "100000",
+        "GATEWAY_PROCESSES": "1",
+    }
+    gateway = GatewayProcess(env=env, log=tmp_path / "gateway.log")
+    # The call log's writer in its own process, as production runs it (CALL_LOG_WRITER).
+    writer = CallLogWriterProcess(env=env, log=tmp_path / "writer.log")
     page = Client()
     page.force_login(reviewer)
     try:
@@ -261,6 +262,7 @@ def stack(tmp_path: Path, settings: Any) -> Iterator[Stack]:
         )
     finally:
         gateway.stop()
+        writer.stop()
         upstream.stop()
 
 
