@@ -72,17 +72,24 @@ def _serving(parent: int) -> list[psutil.Process] | None:
     return serving if len(serving) == 2 else None
 
 
-def test_calls_through_each_of_two_gateway_processes_are_logged_in_order_and_stop_together(
-    tmp_path: Path, settings: Any
-) -> None:
+def _desk(settings: Any, upstream: FixedLatencyLLM) -> tuple[Any, str, dict[str, str]]:
+    """A queue and its app's token, and the environment its gateway and call-log writer run
+    in as installs run them: the journal on the machine's Redis, the writer a process."""
     prefix = cache_in_redis(settings)
     queue = QueueFactory(slug="desk", capture_below_similarity=None)
     token = token_create(queue=queue, name="app")[1]
-    upstream = FixedLatencyLLM(latency_s=0.05).start()
     env = {
         **production_gateway_env(settings, cache_prefix=prefix, llm_api_base=upstream.api_base),
         "CALL_LOG_WRITER": "process",
     }
+    return queue, token, env
+
+
+def test_calls_through_each_of_two_gateway_processes_are_logged_in_order_and_stop_together(
+    tmp_path: Path, settings: Any
+) -> None:
+    upstream = FixedLatencyLLM(latency_s=0.05).start()
+    queue, token, env = _desk(settings, upstream)
     gateway = GatewayProcess(env=env, log=tmp_path / "gateway.log", processes=2)
     writer = CallLogWriterProcess(env=env, log=tmp_path / "writer.log")
     try:
@@ -111,14 +118,8 @@ def test_the_call_log_writer_writes_what_waited_for_it_and_stops_when_told(
 ) -> None:
     """Calls answered while no writer runs wait in the journal (the gateway does not write
     them itself); the writer, once started, writes them in order, and SIGTERM stops it."""
-    prefix = cache_in_redis(settings)
-    queue = QueueFactory(slug="desk", capture_below_similarity=None)
-    token = token_create(queue=queue, name="app")[1]
     upstream = FixedLatencyLLM(latency_s=0.01).start()
-    env = {
-        **production_gateway_env(settings, cache_prefix=prefix, llm_api_base=upstream.api_base),
-        "CALL_LOG_WRITER": "process",
-    }
+    queue, token, env = _desk(settings, upstream)
     gateway = GatewayProcess(env=env, log=tmp_path / "gateway.log", processes=1)
     try:
         gateway.wait_ready()
