@@ -70,7 +70,7 @@ def _other_databases_deselect(config: pytest.Config, items: list[pytest.Item]) -
     and the browser walkthroughs (`browser`) run in the SQLite pass only: what they assert (a
     benchmark's figures and report, a page's layout and keys) is not the database's, the unit,
     integration and fault tiers test the same code on PostgreSQL, and with them the whole run
-    took more than CI's 90 minutes on a slower machine."""
+    would have taken about 95 of CI's 90 minutes on a slower machine (estimated)."""
     other = {
         "postgresql": {"sqlite", "bench", "browser"},
         "sqlite": {"postgresql"},
