@@ -189,7 +189,7 @@ ROOT_URLCONF = "icrlhf.urls"
 # URLs, authenticated by bearer tokens, so none of the pages' sessions, CSRF or login.
 if env_str("ICRLHF_PROCESS", "web") == "gateway":
     ROOT_URLCONF = "icrlhf.gateway.urls"
-    MIDDLEWARE = ["django.middleware.security.SecurityMiddleware"]
+    MIDDLEWARE = ["icrlhf.gateway.handler.SecurityHeaders"]
 WSGI_APPLICATION = "icrlhf.wsgi.application"
 
 TEMPLATES = [

@@ -10,15 +10,19 @@ import os
 os.environ["ICRLHF_PROCESS"] = "gateway"
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "icrlhf.settings")
 
+import django  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core import signals  # noqa: E402
-from django.core.asgi import get_asgi_application  # noqa: E402
 from django.db import close_old_connections, reset_queries  # noqa: E402
 
-from icrlhf.gateway.body_limit import body_limited  # noqa: E402
 from icrlhf.integrations import embeddings, llm  # noqa: E402
 
-application = body_limited(get_asgi_application())
+django.setup(set_prefix=False)  # as get_asgi_application does
+
+from icrlhf.gateway.body_limit import body_limited  # noqa: E402
+from icrlhf.gateway.handler import GatewayHandler  # noqa: E402
+
+application = body_limited(GatewayHandler())
 
 # Django closes stale database connections when a request starts and ends: under ASGI, on a
 # thread of the request's own (sync_to_async), a hand-over for the start alone. They close

@@ -1,5 +1,8 @@
+from typing import ClassVar
+
 from django.db import models
 
+from icrlhf.integrations.database import StampedModel, StampedQuerySet
 from icrlhf.queues.models import Queue
 
 
@@ -20,11 +23,14 @@ def default_scopes() -> list[str]:
     return list(DEFAULT_SCOPES)
 
 
-class IntegrationToken(models.Model):
+class IntegrationToken(StampedModel):
     """An API token for one integration (a helpdesk, a script) into one queue, limited to
     its scopes.
 
     Only a SHA-256 of the token is stored; the token itself is shown once, when created."""
+
+    rows_stamp: ClassVar[str] = "token-rows"  # processes keep the tokens they authenticated
+    objects = StampedQuerySet["IntegrationToken"].as_manager()
 
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="tokens")
     name = models.CharField(max_length=200, help_text="Who uses it, e.g. “Zendesk production”.")

@@ -1,5 +1,8 @@
 import hashlib
+import logging
+import pickle
 import secrets
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -7,7 +10,10 @@ from django.utils import timezone
 
 from icrlhf.accounts.ratelimit import attempt_allowed, seconds_left_in_window
 from icrlhf.ingest.models import DEFAULT_SCOPES, IntegrationToken
+from icrlhf.integrations import counters
 from icrlhf.queues.models import Queue
+
+logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "icr_"
 
@@ -50,19 +56,65 @@ def token_create(
 _LAST_USED_PRECISION = timedelta(minutes=1)
 
 
+# The tokens this process authenticated lately, by digest: the row and its queue's, pickled
+# (each call gets instances of its own), with the stamps they were read under and when. Kept
+# while both stamps stand: revoking a token or changing it, its queue or any queue renews one
+# (`StampedModel`), so the next call reads the rows again. One round trip to Redis instead of
+# a query joining two tables, an eighth of a gateway call's CPU. Without Redis nothing is
+# kept (no other process could say what changed); a renewal that failed while Redis was
+# away is bounded by the age limit.
+_KEPT_FOR_S = 60.0
+_KEPT_MAX = 1024
+_kept: dict[str, tuple[tuple[str, ...], float, bytes]] = {}
+
+
 def token_authenticate(*, token: str) -> IntegrationToken | None:
     if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
         return None
+    digest = _digest(token)
+    try:
+        stamps = counters.stamps(IntegrationToken.rows_stamp, Queue.rows_stamp)
+    except Exception:  # the cache's server is down: the database answers alone
+        logger.warning("Token rows read without the stamps: the cache is unavailable")
+        stamps = None
+    kept = _kept.get(digest)
+    if (
+        stamps is not None
+        and kept is not None
+        and kept[0] == stamps
+        and time.monotonic() - kept[1] < _KEPT_FOR_S
+    ):
+        return _last_used_noted(pickle.loads(kept[2]), digest=digest)
     record = (
         IntegrationToken.objects.select_related("queue")
-        .filter(token_hash=_digest(token), revoked_at__isnull=True)
+        .filter(token_hash=digest, revoked_at__isnull=True)
         .first()
     )
+    if record is None:
+        _kept.pop(digest, None)
+        return None
+    if stamps is not None:
+        _keep(digest, record, stamps=stamps, read_at=time.monotonic())
+    return _last_used_noted(record, digest=digest)
+
+
+def _keep(
+    digest: str, record: IntegrationToken, *, stamps: tuple[str, ...], read_at: float
+) -> None:
+    if digest not in _kept and len(_kept) >= _KEPT_MAX:
+        _kept.pop(next(iter(_kept)), None)  # the oldest kept
+    _kept[digest] = (stamps, read_at, pickle.dumps(record))
+
+
+def _last_used_noted(record: IntegrationToken, *, digest: str) -> IntegrationToken:
     now = timezone.now()
-    if record is not None and (
-        record.last_used_at is None or now - record.last_used_at > _LAST_USED_PRECISION
-    ):
+    if record.last_used_at is None or now - record.last_used_at > _LAST_USED_PRECISION:
         # A write per call would serialise a busy gateway's calls on the database: a minute's
-        # precision is what "last used" needs.
-        IntegrationToken.objects.filter(pk=record.pk).update(last_used_at=now)
+        # precision is what "last used" needs. Through the plain manager: "last used" is not
+        # what other processes keep the row for, so it renews no stamp.
+        IntegrationToken._base_manager.filter(pk=record.pk).update(last_used_at=now)
+        record.last_used_at = now
+        kept = _kept.get(digest)
+        if kept is not None:  # as kept, but used now
+            _keep(digest, record, stamps=kept[0], read_at=kept[1])
     return record

@@ -13,6 +13,7 @@ that opens or closes its limit."""
 
 import math
 import threading
+import uuid
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -175,3 +176,35 @@ def line_next(name: str) -> tuple[str, float] | None:
         score = float(line.pop(first))
         cache.set(name, line)
         return first, score
+
+
+# Stamps: values every process reads to tell whether what it keeps in memory is still
+# current. Renewing one (a new random value, not a count: a Redis restarted empty never
+# brings an old value back) makes every process read afresh. Only in Redis: a cache in one
+# process's memory would tell no other process of a change.
+
+
+def stamps(*names: str) -> tuple[str, ...] | None:
+    """The stamps `names`, each made if missing, in one round trip; None without Redis (keep
+    nothing then). Raises when the cache's server cannot be reached."""
+    client = cache_redis()
+    if client is None:
+        return None
+    keys = [cache.make_and_validate_key(name) for name in names]
+    current: list[bytes | None] = client.mget(keys)  # type: ignore[assignment]
+    if all(value is not None for value in current):
+        return tuple(value.decode() for value in current if value is not None)
+    with client.pipeline() as making:
+        for key in keys:
+            making.set(key, uuid.uuid4().hex, nx=True)
+        making.mget(keys)
+        made: list[bytes] = making.execute()[-1]
+    return tuple(value.decode() for value in made)
+
+
+def stamp_renew(name: str) -> None:
+    """Gives `name` a new stamp (nothing without Redis). Raises when the cache's server
+    cannot be reached."""
+    client = cache_redis()
+    if client is not None:
+        client.set(cache.make_and_validate_key(name), uuid.uuid4().hex)

@@ -1,14 +1,16 @@
-"""The relational database, beyond what Django's ORM says: how the pipeline commits, and one
-statement for many rows' updates."""
+"""The relational database, beyond what Django's ORM says: how the pipeline commits, one
+statement for many rows' updates, and rows that other processes may keep in memory."""
 
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
-from django.db import DatabaseError, connection
-from django.db.models import Field, Model
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Field, Model, QuerySet
+
+from icrlhf.integrations import counters
 
 logger = logging.getLogger(__name__)
 
@@ -107,3 +109,55 @@ def _column_field(model: type[Model], name: str) -> "Field[Any, Any]":
 def _column(field: "Field[Any, Any]") -> str:
     assert field.column is not None
     return field.column
+
+
+def stamp_renew_on_commit(stamp: str) -> None:
+    """Renews `stamp` now and again once the transaction around commits: a process that
+    reads the rows between the two keeps them under the first stamp, so the second makes it
+    read the committed rows. A renewal that fails is logged, never the write's failure: what
+    processes keep expires by itself (see its reader)."""
+
+    def renew() -> None:
+        try:
+            counters.stamp_renew(stamp)
+        except Exception:
+            logger.exception("The stamp %s could not be renewed", stamp)
+
+    renew()
+    transaction.on_commit(renew)
+
+
+class StampedQuerySet[RowT: "StampedModel"](QuerySet[RowT]):
+    """Every update and delete renews the model's stamp (`StampedModel`)."""
+
+    def update(self, **kwargs: Any) -> int:
+        changed = super().update(**kwargs)
+        stamp_renew_on_commit(self.model.rows_stamp)
+        return changed
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        deleted = super().delete()
+        stamp_renew_on_commit(self.model.rows_stamp)
+        return deleted
+
+
+class StampedModel(Model):
+    """A model whose rows other processes keep in memory, checked against `rows_stamp`
+    (`counters.stamps`): every write through the model or its manager renews it. Rows deleted
+    with another model's row (a cascade) renew only that model's stamp: whoever keeps a row
+    checks the stamps of the rows it hangs on too."""
+
+    rows_stamp: ClassVar[str]
+    # Each model declares `objects = StampedQuerySet["Model"].as_manager()` (typed).
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        super().save(*args, **kwargs)
+        stamp_renew_on_commit(self.rows_stamp)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        deleted = super().delete(*args, **kwargs)
+        stamp_renew_on_commit(self.rows_stamp)
+        return deleted

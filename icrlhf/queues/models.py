@@ -1,6 +1,10 @@
+from typing import ClassVar
+
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+
+from icrlhf.integrations.database import StampedModel, StampedQuerySet
 
 MAX_CANDIDATES = 8
 # Chosen on the learning benchmark (`manage.py bench_learning`, its minimum-similarity sweep,
@@ -10,7 +14,10 @@ MAX_CANDIDATES = 8
 DEFAULT_MIN_SIMILARITY = 0.4
 
 
-class Queue(models.Model):
+class Queue(StampedModel):
+    rows_stamp: ClassVar[str] = "queue-rows"  # the gateway keeps the rows of the queues it serves
+    objects = StampedQuerySet["Queue"].as_manager()
+
     class Kind(models.TextChoices):
         GENERAL = "general", "General"
         TRIAGE = "triage", "Support triage"

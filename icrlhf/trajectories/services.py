@@ -172,12 +172,14 @@ def _trajectory_for(
     end user's, is never continued, however alike the conversations are."""
     if key:
         named = owner.runs(queue).filter(key=key).first()
-        if named is None:
-            return None, 0
+        if named is None or not prefixes:
+            return named, 0
         hashes = named.steps.filter(continuation_hash__in=prefixes).values_list(
             "continuation_hash", flat=True
         )
         return named, max((prefixes[h] for h in hashes), default=0)
+    if not prefixes:  # no assistant message yet: a conversation's first call continues none
+        return None, 0
     candidates = Step.objects.filter(
         trajectory__in=owner.runs(queue), continuation_hash__in=prefixes
     ).select_related("trajectory")

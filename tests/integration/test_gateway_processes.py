@@ -11,9 +11,12 @@ from typing import Any
 
 import psutil
 import pytest
+from django.utils import timezone
 
 from icrlhf.gateway.models import Call
+from icrlhf.ingest.models import IntegrationToken
 from icrlhf.ingest.services import token_create
+from icrlhf.queues.models import Queue
 from tests.factories import QueueFactory
 from tests.support.caches import cache_in_redis
 from tests.support.fixed_latency_llm import FixedLatencyLLM
@@ -29,8 +32,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 MAX_CALLS = 40  # until each process has answered one; the kernel hands connections out
 
 
-def _asked(port: int, body: dict[str, Any], token: str) -> http.client.HTTPConnection:
-    """Makes one call on a connection of its own, answered 200; the connection, still open."""
+def _asked(
+    port: int, body: dict[str, Any], token: str, *, status: int = 200
+) -> http.client.HTTPConnection:
+    """Makes one call on a connection of its own, answered `status`; the connection, still
+    open."""
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     connection.request(
         "POST",
@@ -39,15 +45,22 @@ def _asked(port: int, body: dict[str, Any], token: str) -> http.client.HTTPConne
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
     )
     response = connection.getresponse()
-    assert response.status == 200, response.read()
+    assert response.status == status, response.read()
     response.read()
     return connection
 
 
-def _served_by(port: int, body: dict[str, Any], token: str, processes: list[psutil.Process]) -> int:
+def _served_by(
+    port: int,
+    body: dict[str, Any],
+    token: str,
+    processes: list[psutil.Process],
+    *,
+    status: int = 200,
+) -> int:
     """Makes one call; the pid of the process that answered it (the one holding the
     connection's other end, kept alive after the answer)."""
-    connection = _asked(port, body, token)
+    connection = _asked(port, body, token, status=status)
     try:
         assert connection.sock is not None
         client_port = connection.sock.getsockname()[1]
@@ -111,6 +124,45 @@ def test_calls_through_each_of_two_gateway_processes_are_logged_in_order_and_sto
     gone, alive = psutil.wait_procs(processes, timeout=15)
     assert alive == [] and len(gone) == 2
     assert writer.process.returncode == 0, writer.log.read_text()[-3000:]
+
+
+def _each_process_answers(
+    port: int, body: dict[str, Any], token: str, processes: list[psutil.Process], *, status: int
+) -> None:
+    served: list[int] = []
+    while len(set(served)) < 2 and len(served) < MAX_CALLS:
+        served.append(_served_by(port, body, token, processes, status=status))
+    assert len(set(served)) == 2, f"one process answered all {len(served)} calls"
+
+
+def test_a_queue_changed_or_a_token_revoked_elsewhere_is_read_by_both_processes_at_once(
+    tmp_path: Path, settings: Any
+) -> None:
+    """Each gateway process keeps the token rows it authenticated (ingest.services): a
+    change made by another process (the web app, an admin) is seen by both at their next
+    call, through the stamps in the machine's Redis."""
+    upstream = FixedLatencyLLM(latency_s=0.01).start()
+    queue, token, env = _desk(settings, upstream)
+    gateway = GatewayProcess(
+        env=env | {"CALL_LOG_WRITER": "gateway"}, log=tmp_path / "gateway.log", processes=2
+    )
+    body = {"model": "desk", "messages": [{"role": "user", "content": "Hello?"}]}
+    try:
+        gateway.wait_ready()
+        processes = wait_for(lambda: _serving(gateway.process.pid), what="two processes")
+        _each_process_answers(gateway.port, body, token, processes, status=200)
+
+        Queue.objects.filter(pk=queue.pk).update(slug="desk-renamed")
+        _each_process_answers(gateway.port, body, token, processes, status=404)
+        _each_process_answers(
+            gateway.port, body | {"model": "desk-renamed"}, token, processes, status=200
+        )
+
+        IntegrationToken.objects.filter(queue=queue).update(revoked_at=timezone.now())
+        _each_process_answers(gateway.port, body, token, processes, status=401)
+    finally:
+        gateway.stop()
+        upstream.stop()
 
 
 def test_the_call_log_writer_writes_what_waited_for_it_and_stops_when_told(

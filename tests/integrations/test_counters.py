@@ -95,3 +95,21 @@ def test_a_waiting_line_gives_its_lowest_score_first_and_a_place_is_kept_on_join
     counters.line_join("line", "early", score=1, timeout_s=60)
     counters.line_join("line", "late", score=0, timeout_s=60)  # in line already: keeps its place
     assert [counters.line_next("line") for _ in range(3)] == [("early", 1), ("late", 5), None]
+
+
+def test_stamps_are_made_once_renewed_apart_and_never_come_back_after_a_flush(
+    store: str,
+) -> None:
+    first = counters.stamps("rows-a", "rows-b")
+    if store == "memory":  # one process's memory tells no other process: nothing is kept
+        counters.stamp_renew("rows-a")
+        assert first is None and counters.stamps("rows-a") is None
+        return
+    assert first is not None and first[0] != first[1]
+    assert counters.stamps("rows-a", "rows-b") == first
+    counters.stamp_renew("rows-a")
+    renewed = counters.stamps("rows-a", "rows-b")
+    assert renewed is not None and renewed[0] != first[0] and renewed[1] == first[1]
+    cache.delete_many(["rows-a", "rows-b"])  # Redis restarted empty, say: what was kept goes
+    again = counters.stamps("rows-a", "rows-b")
+    assert again is not None and set(again).isdisjoint({*first, *renewed})

@@ -7,6 +7,7 @@ from contextlib import closing
 from typing import Any
 
 import pytest
+from django.apps import apps
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -14,7 +15,12 @@ from django.utils import timezone
 from icrlhf.generation import pipeline, tasks
 from icrlhf.generation.models import Candidate
 from icrlhf.generation.services import item_create
-from icrlhf.integrations.database import asynchronous_commits, rows_update
+from icrlhf.integrations.database import (
+    StampedModel,
+    StampedQuerySet,
+    asynchronous_commits,
+    rows_update,
+)
 from icrlhf.queues.models import Queue
 
 pytestmark = pytest.mark.django_db
@@ -143,3 +149,14 @@ def test_nothing_to_update_runs_no_statement() -> None:
     with CaptureQueriesContext(connection) as queries:
         assert rows_update(Candidate, {}, where={"status": Candidate.Status.RUNNING}) == 0
     assert len(queries) == 0
+
+
+def test_every_stamped_model_writes_through_a_manager_that_renews_its_stamp() -> None:
+    """A stamped model without the stamped manager would let `update()` and bulk deletes
+    change rows that other processes keep, without telling them."""
+    stamped = [model for model in apps.get_models() if issubclass(model, StampedModel)]
+    assert {model.__name__ for model in stamped} >= {"Queue", "IntegrationToken"}
+    for model in stamped:
+        assert isinstance(model._default_manager.all(), StampedQuerySet), model.__name__
+        assert model.rows_stamp, model.__name__
+    assert len({model.rows_stamp for model in stamped}) == len(stamped)
