@@ -7,7 +7,9 @@ halves (a `MiddlewareMixin` hands both to that thread) and the response's `close
 them touches the database or blocks: here the middleware's halves run in the event loop, and
 `close` goes to the one thread Django keeps for such work across calls, so no call starts a
 thread of its own. (The database and retrieval run in the gateway's own pool:
-`in_flight.blocking`.)"""
+`in_flight.blocking`.) Keep the gateway's path free of other thread-sensitive work (a sync
+middleware or signal receiver, the async ORM): it would run on that one shared thread, whose
+database connection nothing checks (the gateway's `close_old_connections` is off)."""
 
 from collections.abc import Awaitable, Callable
 from typing import Any, cast

@@ -2,6 +2,7 @@ import hashlib
 import logging
 import pickle
 import secrets
+import threading
 import time
 from datetime import timedelta
 
@@ -66,6 +67,7 @@ _LAST_USED_PRECISION = timedelta(minutes=1)
 _KEPT_FOR_S = 60.0
 _KEPT_MAX = 1024
 _kept: dict[str, tuple[tuple[str, ...], float, bytes]] = {}
+_kept_lock = threading.Lock()  # the gateway authenticates on its pool's threads
 
 
 def token_authenticate(*, token: str) -> IntegrationToken | None:
@@ -84,29 +86,41 @@ def token_authenticate(*, token: str) -> IntegrationToken | None:
         and kept[0] == stamps
         and time.monotonic() - kept[1] < _KEPT_FOR_S
     ):
-        return _last_used_noted(pickle.loads(kept[2]), digest=digest)
+        return _last_used_noted(
+            pickle.loads(kept[2]), digest=digest, stamps=kept[0], read_at=kept[1]
+        )
     record = (
         IntegrationToken.objects.select_related("queue")
         .filter(token_hash=digest, revoked_at__isnull=True)
         .first()
     )
     if record is None:
-        _kept.pop(digest, None)
+        with _kept_lock:
+            _kept.pop(digest, None)
         return None
+    read_at = time.monotonic()
     if stamps is not None:
-        _keep(digest, record, stamps=stamps, read_at=time.monotonic())
-    return _last_used_noted(record, digest=digest)
+        _keep(digest, record, stamps=stamps, read_at=read_at)
+    return _last_used_noted(record, digest=digest, stamps=stamps, read_at=read_at)
 
 
 def _keep(
     digest: str, record: IntegrationToken, *, stamps: tuple[str, ...], read_at: float
 ) -> None:
-    if digest not in _kept and len(_kept) >= _KEPT_MAX:
-        _kept.pop(next(iter(_kept)), None)  # the oldest kept
-    _kept[digest] = (stamps, read_at, pickle.dumps(record))
+    kept = (stamps, read_at, pickle.dumps(record))
+    with _kept_lock:
+        if digest not in _kept and len(_kept) >= _KEPT_MAX:
+            del _kept[next(iter(_kept))]  # the oldest kept
+        _kept[digest] = kept
 
 
-def _last_used_noted(record: IntegrationToken, *, digest: str) -> IntegrationToken:
+def _last_used_noted(
+    record: IntegrationToken,
+    *,
+    digest: str,
+    stamps: tuple[str, ...] | None,
+    read_at: float,
+) -> IntegrationToken:
     now = timezone.now()
     if record.last_used_at is None or now - record.last_used_at > _LAST_USED_PRECISION:
         # A write per call would serialise a busy gateway's calls on the database: a minute's
@@ -114,7 +128,9 @@ def _last_used_noted(record: IntegrationToken, *, digest: str) -> IntegrationTok
         # what other processes keep the row for, so it renews no stamp.
         IntegrationToken._base_manager.filter(pk=record.pk).update(last_used_at=now)
         record.last_used_at = now
-        kept = _kept.get(digest)
-        if kept is not None:  # as kept, but used now
-            _keep(digest, record, stamps=kept[0], read_at=kept[1])
+        if stamps is not None:
+            # Kept again under the stamps this row was read under, never the entry's now:
+            # another thread may have kept a newer row under newer stamps meanwhile, which
+            # this older row must not take the place of (at worst the next call reads again).
+            _keep(digest, record, stamps=stamps, read_at=read_at)
     return record

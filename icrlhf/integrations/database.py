@@ -97,7 +97,10 @@ def rows_update(
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return int(cursor.rowcount)
+        updated = int(cursor.rowcount)
+    if issubclass(model, StampedModel):  # rows other processes keep: tell them
+        stamp_renew_on_commit(model.rows_stamp)
+    return updated
 
 
 def _column_field(model: type[Model], name: str) -> "Field[Any, Any]":

@@ -3,6 +3,8 @@ about them changed: the token (revoked, its scopes, deleted), its queue or any q
 stamps live in the machine's real Redis, as installs run them; without Redis nothing is
 kept."""
 
+from datetime import datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -106,6 +108,33 @@ def test_a_change_of_scopes_or_of_the_queue_is_read_at_the_next_call(
     queue.save()
     kept = token_authenticate(token=raw)
     assert kept is not None and kept.queue.slug == "renamed"
+
+
+def test_rows_read_before_a_change_are_never_kept_under_the_stamps_after_it(
+    token: tuple[IntegrationToken, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two of the gateway's threads: one notes "last used" for the rows it kept while the
+    token's scopes change and the other reads and keeps the new rows. The first must not put
+    its older rows back under the newer stamps."""
+    record, raw = token
+    assert token_authenticate(token=raw) is not None
+    monkeypatch.setattr(services, "_LAST_USED_PRECISION", timedelta(0))  # noted at every call
+
+    def now_after_a_change_and_another_call() -> datetime:
+        monkeypatch.setattr(services, "timezone", timezone)  # once
+        IntegrationToken.objects.filter(pk=record.pk).update(scopes=[Scope.ITEMS])
+        other_thread = token_authenticate(token=raw)
+        assert other_thread is not None and not other_thread.allows(Scope.GATEWAY)
+        return timezone.now()
+
+    monkeypatch.setattr(
+        services, "timezone", SimpleNamespace(now=now_after_a_change_and_another_call)
+    )
+    first_thread = token_authenticate(token=raw)
+    assert first_thread is not None and first_thread.allows(Scope.GATEWAY)  # read before
+
+    after = token_authenticate(token=raw)
+    assert after is not None and not after.allows(Scope.GATEWAY)
 
 
 def test_without_the_stamps_the_database_answers_every_call(

@@ -15,6 +15,7 @@ from django.utils import timezone
 from icrlhf.generation import pipeline, tasks
 from icrlhf.generation.models import Candidate
 from icrlhf.generation.services import item_create
+from icrlhf.integrations import counters
 from icrlhf.integrations.database import (
     StampedModel,
     StampedQuerySet,
@@ -22,6 +23,8 @@ from icrlhf.integrations.database import (
     rows_update,
 )
 from icrlhf.queues.models import Queue
+from tests.factories import QueueFactory
+from tests.support.caches import cache_in_redis
 
 pytestmark = pytest.mark.django_db
 
@@ -160,3 +163,11 @@ def test_every_stamped_model_writes_through_a_manager_that_renews_its_stamp() ->
         assert isinstance(model._default_manager.all(), StampedQuerySet), model.__name__
         assert model.rows_stamp, model.__name__
     assert len({model.rows_stamp for model in stamped}) == len(stamped)
+
+
+def test_rows_updated_in_one_statement_renew_their_models_stamp(settings: Any) -> None:
+    cache_in_redis(settings)
+    queue = QueueFactory()
+    before = counters.stamps(Queue.rows_stamp)
+    assert rows_update(Queue, {queue.pk: {"name": "Renamed"}}, where={}) == 1
+    assert counters.stamps(Queue.rows_stamp) != before
