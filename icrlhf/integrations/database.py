@@ -115,10 +115,11 @@ def _column(field: "Field[Any, Any]") -> str:
 
 
 def stamp_renew_on_commit(stamp: str) -> None:
-    """Renews `stamp` now and again once the transaction around commits: a process that
-    reads the rows between the two keeps them under the first stamp, so the second makes it
-    read the committed rows. A renewal that fails is logged, never the write's failure: what
-    processes keep expires by itself (see its reader)."""
+    """Renews `stamp` once the write is committed (at once outside a transaction) and, inside
+    one, now as well: a process that reads the rows before the commit keeps them under the
+    first stamp, so the second makes it read the committed rows. A renewal that fails is
+    logged, never the write's failure: what processes keep expires by itself (see its
+    reader)."""
 
     def renew() -> None:
         try:
@@ -126,7 +127,8 @@ def stamp_renew_on_commit(stamp: str) -> None:
         except Exception:
             logger.exception("The stamp %s could not be renewed", stamp)
 
-    renew()
+    if transaction.get_connection().in_atomic_block:
+        renew()
     transaction.on_commit(renew)
 
 

@@ -6,6 +6,7 @@ the writer, stopped, writes what waits before it ends."""
 
 import http.client
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,23 @@ def _serving(parent: int) -> list[psutil.Process] | None:
     return serving if len(serving) == 2 else None
 
 
+def _each_process_answers(
+    port: int,
+    body_of: Callable[[int], dict[str, Any]],
+    token: str,
+    processes: list[psutil.Process],
+    *,
+    status: int,
+) -> int:
+    """Makes calls (the nth with `body_of(n)`), each answered `status`, until each process
+    has answered one; how many it made."""
+    served: list[int] = []
+    while len(set(served)) < 2 and len(served) < MAX_CALLS:
+        served.append(_served_by(port, body_of(len(served)), token, processes, status=status))
+    assert len(set(served)) == 2, f"one process answered all {len(served)} calls"
+    return len(served)
+
+
 def _desk(settings: Any, upstream: FixedLatencyLLM) -> tuple[Any, str, dict[str, str]]:
     """A queue and its app's token, and the environment its gateway and call-log writer run
     in as installs run them: the journal on the machine's Redis, the writer a process."""
@@ -108,15 +126,17 @@ def test_calls_through_each_of_two_gateway_processes_are_logged_in_order_and_sto
     try:
         gateway.wait_ready()
         processes = wait_for(lambda: _serving(gateway.process.pid), what="two processes")
-        served: list[int] = []
-        while len(set(served)) < 2 and len(served) < MAX_CALLS:
-            body = {"model": "desk", "messages": [{"role": "user", "content": f"Q{len(served)}"}]}
-            served.append(_served_by(gateway.port, body, token, processes))
-        assert len(set(served)) == 2, f"one process answered all {len(served)} calls"
+        calls = _each_process_answers(
+            gateway.port,
+            lambda n: {"model": "desk", "messages": [{"role": "user", "content": f"Q{n}"}]},
+            token,
+            processes,
+            status=200,
+        )
 
         logged = Call.objects.filter(queue=queue).order_by("created_at", "pk")
-        wait_for(lambda: logged.count() == len(served), what="every call in the log")
-        assert [call.request_text for call in logged] == [f"Q{n}" for n in range(len(served))]
+        wait_for(lambda: logged.count() == calls, what="every call in the log")
+        assert [call.request_text for call in logged] == [f"Q{n}" for n in range(calls)]
     finally:
         gateway.stop()
         writer.stop()
@@ -124,15 +144,6 @@ def test_calls_through_each_of_two_gateway_processes_are_logged_in_order_and_sto
     gone, alive = psutil.wait_procs(processes, timeout=15)
     assert alive == [] and len(gone) == 2
     assert writer.process.returncode == 0, writer.log.read_text()[-3000:]
-
-
-def _each_process_answers(
-    port: int, body: dict[str, Any], token: str, processes: list[psutil.Process], *, status: int
-) -> None:
-    served: list[int] = []
-    while len(set(served)) < 2 and len(served) < MAX_CALLS:
-        served.append(_served_by(port, body, token, processes, status=status))
-    assert len(set(served)) == 2, f"one process answered all {len(served)} calls"
 
 
 def test_a_queue_changed_or_a_token_revoked_elsewhere_is_read_by_both_processes_at_once(
@@ -150,16 +161,15 @@ def test_a_queue_changed_or_a_token_revoked_elsewhere_is_read_by_both_processes_
     try:
         gateway.wait_ready()
         processes = wait_for(lambda: _serving(gateway.process.pid), what="two processes")
-        _each_process_answers(gateway.port, body, token, processes, status=200)
+        renamed = body | {"model": "desk-renamed"}
+        _each_process_answers(gateway.port, lambda _: body, token, processes, status=200)
 
         Queue.objects.filter(pk=queue.pk).update(slug="desk-renamed")
-        _each_process_answers(gateway.port, body, token, processes, status=404)
-        _each_process_answers(
-            gateway.port, body | {"model": "desk-renamed"}, token, processes, status=200
-        )
+        _each_process_answers(gateway.port, lambda _: body, token, processes, status=404)
+        _each_process_answers(gateway.port, lambda _: renamed, token, processes, status=200)
 
         IntegrationToken.objects.filter(queue=queue).update(revoked_at=timezone.now())
-        _each_process_answers(gateway.port, body, token, processes, status=401)
+        _each_process_answers(gateway.port, lambda _: body, token, processes, status=401)
     finally:
         gateway.stop()
         upstream.stop()
